@@ -29,6 +29,8 @@ class Ansible:
 
     def _run(self, envvars: dict | None = None, **kwargs) -> ansible_runner.Runner:
         self._n += 1
+        private = self.tmp_path / f"run{self._n}"
+        private.mkdir(parents=True)
         env = {
             "ANSIBLE_COLLECTIONS_PATH": _collections_path(),
             "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -36,7 +38,7 @@ class Ansible:
         }
         env.update(envvars or {})
         return ansible_runner.run(
-            private_data_dir=str(self.tmp_path / f"run{self._n}"),
+            private_data_dir=str(private),
             inventory={"all": {"hosts": {"localhost": {
                 "ansible_connection": "local",
                 "ansible_python_interpreter": sys.executable,
@@ -59,7 +61,10 @@ class Ansible:
         for event in runner.events:
             if event.get("event") in ("runner_on_ok", "runner_on_failed") and \
                     event["event_data"].get("task") == "module under test":
-                return event["event_data"]["res"]
+                result = dict(event["event_data"]["res"])
+                # ansible-core 2.19 leaves 'failed' out of the event's result; the event kind says it.
+                result["failed"] = event["event"] == "runner_on_failed"
+                return result
         raise AssertionError(f"module {name} produced no result; status={runner.status}\n"
                              + runner.stdout.read())
 

@@ -1,0 +1,251 @@
+#!/usr/bin/python
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_info
+short_description: Read the NVIDIA GPUs of a host (memory, MIG, persistence, processes) through NVML or nvidia-smi
+version_added: 0.1.0
+author:
+  - llmserve.sglang contributors (@llmserve)
+description:
+  - Reports every NVIDIA GPU of the host with its total, free, used and reserved memory, persistence mode,
+    MIG mode and compute processes, plus the driver and CUDA driver versions and the per-host minimums
+    (RV(min_free_gib)) that the C(kv_tune) role sizes C(--mem-fraction-static) from.
+  - Reads NVML through the C(pynvml) module (PyPI package C(nvidia-ml-py)) when it is importable and NVML's
+    library loads; otherwise runs C(nvidia-smi --query-gpu) and C(nvidia-smi --query-compute-apps) and reads
+    the CUDA driver version from the plain C(nvidia-smi) header. RV(source) says which was used.
+  - Memory is reported in bytes and in GiB (bytes / 2**30, rounded to 3 decimals). nvidia-smi reports MiB
+    (2**20 bytes), so values from nvidia-smi are multiples of 1 MiB.
+  - C(memory_used_bytes) is memory allocated by contexts, without the memory the driver and firmware
+    reserve, which is what nvidia-smi prints as "used" on current drivers. From NVML it is computed as
+    total - free - reserved (C(nvmlDeviceGetMemoryInfo_v2)), so both sources agree. When the driver does
+    not report reserved memory (old drivers), C(memory_reserved_bytes) is V(null) and C(memory_used_bytes)
+    is total - free.
+  - The module only reads, and always reports RV(ignore:changed=false).
+requirements:
+  - An NVIDIA driver on the managed host, and either the C(pynvml) Python module (C(nvidia-ml-py)) for the
+    Python that runs the module, or the C(nvidia-smi) command.
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: This module only reads; it behaves the same in check mode.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in diff mode).
+    support: none
+options:
+  nvidia_smi:
+    description:
+      - The nvidia-smi to run when NVML is not used, as an absolute path or as a command name looked up on
+        E(PATH).
+      - When not set, C(nvidia-smi) is looked up on E(PATH) and in the usual system directories.
+    type: path
+  prefer:
+    description:
+      - Which probe to use.
+      - V(auto) reads NVML, and runs nvidia-smi when NVML is unavailable or fails (the reason is returned in
+        RV(nvml_error)).
+      - V(nvml) reads NVML only and fails when it cannot.
+      - V(nvidia_smi) runs nvidia-smi only, for example to compare it with NVML.
+    type: str
+    choices: [auto, nvml, nvidia_smi]
+    default: auto
+notes:
+  - On a GPU in MIG mode seen from an unprivileged container, NVML and nvidia-smi refuse the whole-GPU memory
+    (C([Insufficient Permissions])); that GPU's memory values are then V(null), and so are RV(min_free_gib)
+    and RV(total_memory_gib_min).
+seealso:
+  - name: nvidia-smi documentation
+    description: The query fields (C(nvidia-smi --help-query-gpu)) and their meaning.
+    link: https://docs.nvidia.com/deploy/nvidia-smi/index.html
+  - name: NVML nvmlMemory_v2_t
+    description: NVML's total, reserved, free and used memory.
+    link: https://docs.nvidia.com/deploy/nvml-api/structnvmlMemory__v2__t.html
+"""
+
+EXAMPLES = r"""
+- name: Read the GPUs
+  llmserve.sglang.gpu_info:
+  register: gpu
+
+- name: Every host must have 8 GPUs with at least 130 GiB free each
+  ansible.builtin.assert:
+    that:
+      - gpu.gpu_count == 8
+      - gpu.min_free_gib is not none and gpu.min_free_gib >= 130
+    fail_msg: "{{ gpu.gpu_count }} GPUs, least free {{ gpu.min_free_gib }} GiB (source {{ gpu.source }})"
+
+- name: Read them through a given nvidia-smi only
+  llmserve.sglang.gpu_info:
+    prefer: nvidia_smi
+    nvidia_smi: /usr/bin/nvidia-smi
+  register: gpu_smi
+
+- name: List the processes holding GPU memory
+  ansible.builtin.debug:
+    msg: "GPU {{ item.0.index }}: pid {{ item.1.pid }} ({{ item.1.name }}) {{ item.1.used_memory_bytes }} bytes"
+  loop: "{{ gpu.gpus | subelements('compute_processes') }}"
+"""
+
+RETURN = r"""
+gpus:
+  description: One entry per GPU, ordered by index.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: The GPU's index (as nvidia-smi numbers it).
+      type: int
+      sample: 0
+    uuid:
+      description: The GPU's UUID.
+      type: str
+      sample: GPU-ec845691-fb46-e16d-abfb-b135308cb39f
+    name:
+      description: The product name.
+      type: str
+      sample: NVIDIA H200
+    memory_total_bytes:
+      description: Total framebuffer memory, in bytes; V(null) where it cannot be read.
+      type: int
+      sample: 150754820096
+    memory_free_bytes:
+      description: Unallocated memory, in bytes; V(null) where it cannot be read.
+      type: int
+      sample: 150159097856
+    memory_used_bytes:
+      description:
+        - Memory allocated by contexts, in bytes, without the driver's and firmware's reserved memory
+          (nvidia-smi's C(memory.used)); total - free where the reserved amount is unknown.
+      type: int
+      sample: 0
+    memory_reserved_bytes:
+      description: Memory reserved by the driver and firmware, in bytes; V(null) where the driver does not report it.
+      type: int
+      sample: 595722240
+    memory_total_gib:
+      description: C(memory_total_bytes) / 2**30, rounded to 3 decimals.
+      type: float
+      sample: 140.401
+    memory_free_gib:
+      description: C(memory_free_bytes) / 2**30, rounded to 3 decimals.
+      type: float
+      sample: 139.846
+    memory_used_gib:
+      description: C(memory_used_bytes) / 2**30, rounded to 3 decimals.
+      type: float
+      sample: 0.0
+    memory_reserved_gib:
+      description: C(memory_reserved_bytes) / 2**30, rounded to 3 decimals.
+      type: float
+      sample: 0.555
+    persistence_mode:
+      description: Whether persistence mode is on; V(null) where not reported.
+      type: bool
+      sample: true
+    mig_mode:
+      description: The current MIG mode; V(null) on GPUs without MIG.
+      type: str
+      choices: [enabled, disabled]
+      sample: disabled
+    compute_processes:
+      description: The compute processes on this GPU.
+      type: list
+      elements: dict
+      contains:
+        pid:
+          description: Process ID (in the host's PID namespace as the driver sees it).
+          type: int
+          sample: 4123
+        name:
+          description: Process name or path when known, else V(null).
+          type: str
+          sample: python3
+        used_memory_bytes:
+          description: GPU memory used by the process, in bytes; V(null) where not reported (for example in MIG mode).
+          type: int
+          sample: 130023424000
+gpu_count:
+  description: Number of GPUs found.
+  returned: success
+  type: int
+  sample: 8
+driver_version:
+  description: The NVIDIA driver version.
+  returned: success
+  type: str
+  sample: 570.133.20
+cuda_driver_version:
+  description:
+    - The highest CUDA version the driver supports, as C(major.minor) (NVML's 12080 is V(12.8)); V(null) when
+      it cannot be read.
+  returned: success
+  type: str
+  sample: "12.8"
+source:
+  description: Where the numbers came from.
+  returned: success
+  type: str
+  choices: [nvml, nvidia-smi]
+  sample: nvml
+min_free_gib:
+  description:
+    - The least free memory of any GPU, in GiB; V(null) when there is no GPU or a GPU's free memory is unknown.
+  returned: success
+  type: float
+  sample: 139.846
+total_memory_gib_min:
+  description:
+    - The smallest total memory of any GPU, in GiB; V(null) when there is no GPU or a GPU's total is unknown.
+  returned: success
+  type: float
+  sample: 140.401
+nvml_error:
+  description: Why NVML was not used when RV(source) is V(nvidia-smi) after trying NVML; V(null) otherwise.
+  returned: success
+  type: str
+  sample: NVML library not found (libnvidia-ml.so.1)
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import (
+    PREFER_CHOICES,
+    GpuProbeError,
+    probe,
+)
+
+
+def build_module() -> AnsibleModule:
+    return AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi=dict(type="path"),
+            prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def main() -> None:
+    module = build_module()
+
+    def run_command(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"})
+
+    def which(name):
+        return module.get_bin_path(name)
+
+    try:
+        result = probe(run_command=run_command, nvidia_smi=module.params["nvidia_smi"],
+                       prefer=module.params["prefer"], which=which)
+    except GpuProbeError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
