@@ -15,6 +15,8 @@ PY_VER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2]
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
+# Some machines list find-links/index folders that do not exist; pip warns once per package about them.
+PIP_NOISE := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
 .PHONY: help venv system-deps demo test lint sanity units functional build changelog clean
 
@@ -33,7 +35,7 @@ system-deps:
 $(VENV)/.installed: requirements.txt constraints.txt | system-deps
 	@echo "creating $(VENV) and installing pinned requirements"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt 2>&1 | $(PIP_NOISE)
 	mkdir -p $(COLLECTIONS)/ansible_collections/llmserve
 	ln -sfn $(CURDIR) $(COLLECTIONS)/ansible_collections/llmserve/sglang
 	mkdir -p $(HOME)/.ansible/test/cache
