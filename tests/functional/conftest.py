@@ -12,6 +12,9 @@ import ansible_runner
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+# ansible-runner starts ansible-playbook from PATH: use the one beside this interpreter (the venv's).
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 FIXTURES = REPO / "tests" / "fixtures"
 
 

@@ -1,0 +1,872 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The grammar of SGLang's startup log: text in, memory facts and a failure diagnosis out.
+
+Pure and stdlib only: no I/O. The caller reads the log (a file, a journal) and hands the text in.
+
+Public API
+----------
+``parse_startup_log(text) -> dict``
+    Facts of the **last boot** in ``text`` (see "Boots" below). Raises ``StartupLogError`` when the text holds
+    no SGLang boot at all (empty or unrelated text). A boot that failed early is not an error: its facts come
+    back with ``failure`` set and the values it never printed as ``None``.
+``split_boots(lines) -> list[list[str]]``
+    The boots of a log, oldest first (only the boots that hold SGLang records).
+``classify_failure(lines) -> dict | None``
+    The failure of one boot (``{kind, line, advice}``) or ``None``.
+``parse_server_args(text) -> dict``
+    The ``ServerArgs(...)`` repr of a ``server_args=ServerArgs(...)`` line as a dict, parsed without ``eval``.
+``StartupLogError(ValueError)``
+    The text holds no SGLang boot.
+
+Line grammar (checked against SGLang's own format strings, both eras)
+--------------------------------------------------------------------
+Every SGLang record is ``[<asctime>{ rank tags}] <message>``: asctime ``%Y-%m-%d %H:%M:%S``, optionally with
+``.mmm`` (``SGLANG_LOG_MS=1``); rank tags are ``DPn``/``PPn``/``TPn``/``EPn`` in that order, plus newer ones
+such as ``ATTN_CP0``/``MOE_DP0``; a TP1 scheduler has no tag at all. The record may sit anywhere on the line
+(journald ``Nov 30 00:01:02 host python3[1234]: `` prefixes, tqdm bars without a newline). Lines without the
+prefix (tracebacks, copied excerpts) are still read; their rank is the untagged one (``""``).
+
+- ``Load weight begin. avail mem=X GB``                                       -> P of that rank
+- classic ``Load weight end. type=C, dtype=D, avail mem=A GB, mem usage=W GB.`` (older: no ``mem usage``)
+  current ``Load weight end. elapsed=S s, type=C, [dtype=D, | <quant>, ]avail mem=A GB, mem usage=W GB.``
+- ``Using KV cache dtype: torch.X``
+- ``[<label> ]KV Cache is allocated. [dtype: D, ]#tokens: N, K size: x GB, V size: y GB`` (MHA/GQA) or
+  ``..., KV size: x GB`` (MLA); ``VA upper bound`` instead of ``is allocated`` with post-capture sizing.
+- ``Memory pool end. avail mem=X GB``
+- classic ``Capture [piecewise |draft |draft extend ]cuda graph end. Time elapsed: T s. mem usage=M GB. avail mem=Z GB.``
+  current ``Capture <role> <phase> CUDA graph end. elapsed=T s, mem usage=M GB, avail mem=Z GB.``
+- ``max_total_num_tokens=N, chunked_prefill_size=C, max_prefill_tokens=P, max_running_requests=R,
+  context_len=L, available_gpu_mem=X GB`` (older versions print fewer keys; every key present is read)
+- ``Use sliding window memory pool. full_layer_tokens=F, swa_layer_tokens=S`` (case-insensitive)
+- ``The server is fired up and ready to roll!``
+
+Aggregation (one boot)
+----------------------
+P (``pre_load_free_gib``) = MIN over ranks of each rank's first ``Load weight begin``; A (``post_load_free_gib``)
+= MIN over ranks of each rank's first ``Load weight end``; ``weights_gib`` = MAX over ranks of its ``mem usage``;
+``kv_tokens`` = MIN over ranks of the first KV line's ``#tokens``; ``kv_size_gib`` = MAX over ranks of K+V (or KV)
+size; ``cuda_graph_gib`` = MAX over ranks of the SUM of every capture kind's ``mem usage`` on that rank (draft and
+piecewise graphs included). A rank's second ``Load weight``/KV line (or one whose class or label names a draft:
+Eagle, MTP, NextN, Draft) is the speculative draft model's and goes to the ``draft_*`` facts, never to P, A or
+the weights. ``max_total_num_tokens`` and its companions come from the scheduler line of each DP replica
+(``replicas``); the top-level values are those of the replica with the fewest tokens,
+``available_gpu_mem_gib`` is the MIN over replicas.
+
+Boots
+-----
+A new boot starts at a line that is
+  1. a ``server_args=ServerArgs(`` line, when the current boot already holds a ``server_args`` line or a
+     weight-load/distributed-init record; or
+  2. a systemd start line for a unit (``Starting x.service``/``Started x.service``, with or without a
+     ``systemd[1]:`` journald prefix), when the current boot already holds SGLang records; or
+  3. an ``Init torch distributed begin.``/``Init parallel begin``/``Load weight begin.`` record while the current
+     boot has ended: it printed ``The server is fired up and ready to roll!``, a fatal marker (``Scheduler hit
+     an exception``, ``Rank N scheduler is dead``, ``Initialization failed``, ``Received sigquit``,
+     ``Exit code:``) or a systemd stop/exit line for the unit.
+A draft model's second ``Init torch distributed``/``Load weight begin`` inside a running boot does not start a boot.
+Boots without any SGLang record (for example only systemd lines) are dropped. The facts describe the last boot;
+``boots`` counts the boots seen.
+
+Failures
+--------
+``failure`` is ``None`` when the boot became ready and nothing failed after that, or when it simply stops
+(truncated, still loading). Otherwise it is ``{kind, line, advice}``, where ``line`` is the log line that proves
+it. Kinds, in order of precedence (the earliest proof of the best kind wins):
+
+- ``init_oom``: the KV budget is <= 0: ``Not enough memory. Please try to increase --mem-fraction-static``,
+  ``Loaded weights leave no GPU memory for the KV cache``, ``Memory pool size is too small``, ``Not enough GPU
+  memory for hybrid``, or ``max_total_tokens=... is larger than the profiled value -N`` (a negative profile);
+- ``capture_oom``: ``Capture cuda graph failed: ... out of memory``, or a CUDA/HIP OOM while a graph capture runs
+  (between a ``Capture ... graph begin`` and its end, or in a traceback through the graph runner);
+- ``weights_oom``: a CUDA/HIP OOM before the KV pool exists (while loading weights);
+- ``runtime_oom``: a CUDA/HIP OOM after the KV pool exists, outside capture (draft load, warm-up, serving);
+- ``unbalanced_memory``: ``The memory capacity is unbalanced`` (an error in classic SGLang, a warning later: it
+  only counts when the boot did not become ready);
+- ``nccl_error``: ``NCCL error``, ``ncclInternalError``/``ncclSystemError``/..., ``NCCL WARN``,
+  ``DistBackendError``;
+- ``crash``: any other fatal marker, a ``Capture cuda graph failed`` that is not an OOM, or a traceback that ends
+  the boot.
+SGLang's own "out of memory" messages about the KV *pool* (``Decode out of memory``, ``alloc_req_slots runs
+out of memory``) are not device OOMs and classify as ``crash``.
+"""
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "StartupLogError",
+    "FAILURE_KINDS",
+    "parse_startup_log",
+    "split_boots",
+    "classify_failure",
+    "parse_server_args",
+]
+
+
+class StartupLogError(ValueError):
+    """The text holds no SGLang startup record at all (empty or unrelated text)."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Line grammar
+# --------------------------------------------------------------------------------------------------------------
+
+# [2025-08-11 02:15:02] / [2026-02-26 16:41:05 TP1] / [2026-05-07 13:39:14 DP1 TP1 EP1] / [.. 12:00:00.123 TP0]
+# Older SGLang printed time only ([22:30:52 TP0]); some excerpts drop the year ([07-01 15:20:44]).
+_PREFIX = re.compile(
+    r"\[(?:\d{4}-)?(?:\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?P<tags>(?: [A-Z][A-Z_]*\d+)*)\] ?"
+)
+_NUM = r"(-?\d+(?:\.\d+)?)"
+
+_SERVER_ARGS = re.compile(r"server_args=ServerArgs\(")
+_LW_BEGIN = re.compile(r"Load weight begin\. avail mem=" + _NUM + r" GB")
+_LW_END = re.compile(r"Load weight end\.(?P<rest>.*)")
+_INIT_BEGIN = re.compile(r"Init (?:torch distributed|parallel) begin")
+_KV_DTYPE = re.compile(r"Using KV cache dtype: (\S+)")
+_KV_ALLOC = re.compile(
+    r"(?P<label>[\w\- ]*?)\s*KV Cache (?:is allocated|VA upper bound)\.\s*(?:dtype: (?P<dtype>[^,\s]+),\s*)?"
+    r"(?:#tokens: (?P<tokens>\d+),\s*)?"
+    r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)"
+)
+_POOL_END = re.compile(r"Memory pool end\. avail mem=" + _NUM + r" GB")
+_CAPTURE_BEGIN = re.compile(r"\bCapture\b(?P<name>[^.]*?)\bgraph begin\b", re.IGNORECASE)
+_CAPTURE_END = re.compile(r"\bCapture\b(?P<name>[^.]*?)\bgraph end\b(?P<rest>.*)", re.IGNORECASE)
+_CAPTURE_DEVICE = re.compile(r"\b(?:cuda|npu|cpu|xpu|hip|musa)\b", re.IGNORECASE)
+_MAX_TOTAL = re.compile(r"^(?:\[gpu_id=\d+\] )?max_total_num_tokens=\d+")
+_KEY_VALUE = re.compile(r"(\w+)=(-?\d+(?:\.\d+)?)")
+_SWA = re.compile(r"use sliding window memory pool\. full_layer_tokens=(\d+), swa_layer_tokens=(\d+)",
+                  re.IGNORECASE)
+_SWA_POOL = re.compile(r"SWAKVPool mem usage: ([\d.]+) GB, swa size: (\d+), full size: (\d+)")
+_READY = re.compile(r"The server is fired up and ready to roll!")
+_FIELD = {
+    "elapsed": re.compile(r"elapsed=" + _NUM + r" ?s\b"),
+    "type": re.compile(r"type=([\w.]+)"),
+    "dtype": re.compile(r"dtype=(torch\.\w+)"),
+    "avail": re.compile(r"avail mem=" + _NUM + r" GB"),
+    "usage": re.compile(r"mem usage=" + _NUM + r" GB"),
+}
+_DRAFT_CLASS = re.compile(r"eagle|draft|mtp|nextn", re.IGNORECASE)
+
+# journalctl -o short / short-iso / short-precise prefixes: "Nov 30 00:01:02 host ident[pid]: ".
+_JOURNAL_PREFIX = re.compile(
+    r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
+    r" \S+ [^\s:\[]+(?:\[\d+\])?: "
+)
+# systemd, as journalctl prints it with or without its prefix ("-o cat" drops it).
+_SYSTEMD_START = re.compile(r"(?:^|systemd\[\d+\]: )(?:Starting|Started) \S+\.service\b")
+_SYSTEMD_END = re.compile(
+    r"(?:(?:^|systemd\[\d+\]: )(?:Stopping|Stopped) \S+\.service\b)"
+    r"|(?:\S+\.service: (?:Main process exited|Failed with result|Deactivated successfully|"
+    r"Scheduled restart job|Killing process))"
+)
+
+# Failure evidence.
+_INIT_OOM = re.compile(
+    r"Not enough memory\. Please try to increase --mem-fraction-static"
+    r"|Loaded weights leave no GPU memory for the KV cache"
+    r"|Memory pool size is too small"
+    r"|Not enough GPU memory for hybrid"
+)
+_NEGATIVE_PROFILE = re.compile(r"is larger than the profiled value (-\d+)\.")
+_CAPTURE_FAILED = re.compile(r"Capture (?:cuda|CUDA) graph failed")
+_DEVICE_OOM = re.compile(
+    r"OutOfMemoryError|(?:CUDA|HIP|NPU|XPU|MUSA) out of memory|CUDA error: out of memory"
+    r"|memory allocation failed with OOM"
+)
+_UNBALANCED = re.compile(r"The memory capacity is unbalanced")
+_NCCL = re.compile(
+    r"NCCL error|\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|InvalidArgument|"
+    r"RemoteError)\b|NCCL WARN|DistBackendError"
+)
+_FATAL = re.compile(
+    r"hit an exception"  # Scheduler / TpModelWorkerClient / DetokenizerManager hit an exception
+    r"|Rank \d+ scheduler is dead"
+    r"|Initialization failed\. Please see the error messages above"
+    r"|Failed to initialize scheduler rank"
+    r"|Received sigquit from a child process"
+    r"|SIGQUIT received"
+    r"|Child process unexpectedly failed"
+    r"|\bExit code: -?\d+"
+)
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+_EXCEPTION_LINE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
+_FRAME_LINE = re.compile(r"^\s*File \"")
+_CAPTURE_FRAME = re.compile(r"graph_runner|in capture|capture_one|_capture_graph|init_device_graphs|"
+                            r"init_cuda_graphs|capture_decode_graph|capture_prefill_graph")
+_WEIGHTS_FRAME = re.compile(r"load_model|load_weights|model_loader|in get_model\b")
+_SGLANG_MARKER = re.compile(
+    r"server_args=ServerArgs\(|Load weight (?:begin|end)\.|Init (?:torch distributed|parallel) (?:begin|end)"
+    r"|KV Cache (?:is allocated|VA upper bound)|Memory pool end\.|Capture\b[^.]*\bgraph (?:begin|end|failed)"
+    r"|max_total_num_tokens=|The server is fired up|sliding window memory pool|SWAKVPool"
+    r"|sglang/|sglang\.(?:srt|launch_server)|sglang is using nccl",
+    re.IGNORECASE,
+)
+
+FAILURE_KINDS = {
+    "init_oom": (
+        "The KV-cache budget A - P*(1-f) is <= 0: after the weights load nothing is left for the KV pool at this "
+        "--mem-fraction-static. Raise --mem-fraction-static (or use more GPUs, a smaller/quantized model, or "
+        "an fp8 KV cache)."
+    ),
+    "capture_oom": (
+        "CUDA-graph capture ran out of GPU memory: the headroom P*(1-f) left outside the KV pool is too small. "
+        "Lower --mem-fraction-static, or lower --cuda-graph-max-bs."
+    ),
+    "weights_oom": (
+        "The GPU ran out of memory while loading the model weights, before the KV pool exists: "
+        "--mem-fraction-static cannot help. Use more GPUs (a larger --tp-size), a smaller or quantized model, "
+        "or free the GPUs of other processes."
+    ),
+    "runtime_oom": (
+        "The GPU ran out of memory after the KV pool was allocated (draft model, warm-up or serving): the "
+        "headroom P*(1-f) is too small for the activations. Lower --mem-fraction-static."
+    ),
+    "unbalanced_memory": (
+        "Free GPU memory differs by more than 10% between ranks: another process holds memory on some GPUs. "
+        "Free those GPUs (see nvidia-smi) before starting; SGLang sizes every rank by the smallest."
+    ),
+    "nccl_error": (
+        "Collective communication (NCCL) failed: check the driver, NCCL version, GPU topology/P2P and shared "
+        "memory (run with NCCL_DEBUG=INFO). This is not a --mem-fraction-static problem."
+    ),
+    "crash": (
+        "SGLang failed for a reason that is not a memory budget: read the quoted line and its traceback. "
+        "Changing --mem-fraction-static will not fix it."
+    ),
+}
+_PRECEDENCE = {"init_oom": 0, "capture_oom": 1, "weights_oom": 1, "runtime_oom": 1,
+               "unbalanced_memory": 2, "nccl_error": 3, "crash": 4}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------------------------
+
+def _strip_journal(line):
+    """The line without a journald prefix (``Nov 30 00:01:02 host python3[1234]: `` or its ISO form)."""
+    match = _JOURNAL_PREFIX.match(line)
+    return line[match.end():] if match else line
+
+
+def _split_record(line):
+    """Return (tag, message) of one log line.
+
+    ``tag`` is the rank tag (``"TP0"``, ``"DP1 TP1 EP1"``, ``""`` for an untagged record) or ``None`` when the line
+    carries no SGLang prefix; ``message`` is the text after the last prefix (otherwise the stripped line without a
+    journald prefix).
+    """
+    last = None
+    for last in _PREFIX.finditer(line):
+        pass
+    if last is None:
+        return None, _strip_journal(line).strip()
+    return last.group("tags").strip(), line[last.end():].strip()
+
+
+def _proof(line):
+    """A log line as quoted in ``failure.line``: stripped, without a journald prefix."""
+    return _strip_journal(line).strip()
+
+
+def _is_start_event(message):
+    return bool(_INIT_BEGIN.search(message) or _LW_BEGIN.search(message))
+
+
+def _has_sglang(line):
+    return bool(_SGLANG_MARKER.search(line) or _INIT_OOM.search(line) or _CAPTURE_FAILED.search(line)
+                or _FATAL.search(line))
+
+
+def split_boots(lines):
+    """Split log lines into boots, oldest first; see the module docstring ("Boots") for the rules.
+
+    Only boots that hold at least one SGLang record are returned.
+    """
+    boots = []
+    current, has_sglang, has_start, ended = [], False, False, False
+    for raw in lines:
+        _tag, message = _split_record(raw)
+        # Each pattern is searched at most once a line: a journal of many restarts is mostly lines that match none.
+        is_args = bool(_SERVER_ARGS.search(message))
+        is_start = is_args or _is_start_event(message)
+        new_boot = False
+        if is_args:
+            new_boot = has_start
+        elif ".service" in raw and _SYSTEMD_START.search(raw):
+            new_boot = has_sglang
+        elif is_start:
+            new_boot = ended
+        if new_boot:
+            boots.append((current, has_sglang))
+            current, has_sglang, has_start, ended = [], False, False, False
+        current.append(raw)
+        if not has_sglang and _has_sglang(raw):
+            has_sglang = True
+        has_start = has_start or is_start
+        if not ended and (_READY.search(message) or _FATAL.search(message)
+                          or (has_sglang and ".service" in raw and _SYSTEMD_END.search(raw))):
+            ended = True
+    boots.append((current, has_sglang))
+    return [b for b, sglang in boots if sglang]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# server_args=ServerArgs(...) without eval
+# --------------------------------------------------------------------------------------------------------------
+
+class _ReprParser(object):
+    """A small recursive-descent reader for the Python literal repr that a dataclass prints.
+
+    Strings, ints, floats, None/True/False, lists, tuples, dicts and sets are decoded; anything else (objects
+    such as ``AttentionConfig(...)``, ``<Enum.X: 1>``, ``PosixPath('...')``, ``inf``) is kept as its raw text.
+    A truncated repr (journald line limits, ``...`` elisions) yields what was read up to that point.
+    """
+
+    _NUMBER = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+    _NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+    def __init__(self, text, pos):
+        self.text = text
+        self.pos = pos
+
+    def _skip(self):
+        while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
+            self.pos += 1
+
+    def _peek(self):
+        self._skip()
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def _raw_until_balanced(self, start):
+        """Raw text from ``start`` to the end of the balanced construct that begins there."""
+        depth, i, quote = 0, start, None
+        pairs = {"(": ")", "[": "]", "{": "}", "<": ">"}
+        closers = set(pairs.values())
+        while i < len(self.text):
+            ch = self.text[i]
+            if quote:
+                if ch == "\\":
+                    i += 2
+                    continue
+                if ch == quote:
+                    quote = None
+            elif ch in "'\"":
+                quote = ch
+            elif ch in pairs:
+                depth += 1
+            elif ch in closers:
+                if depth == 0:
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0:
+                break
+            i += 1
+        self.pos = i
+        return self.text[start:i].strip()
+
+    def _string(self):
+        quote = self.text[self.pos]
+        i, out = self.pos + 1, []
+        escapes = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0"}
+        while i < len(self.text):
+            ch = self.text[i]
+            if ch == "\\" and i + 1 < len(self.text):
+                nxt = self.text[i + 1]
+                if nxt in escapes:
+                    out.append(escapes[nxt])
+                    i += 2
+                    continue
+                if nxt == "x" and i + 3 < len(self.text):
+                    try:
+                        out.append(chr(int(self.text[i + 2:i + 4], 16)))
+                        i += 4
+                        continue
+                    except ValueError:
+                        pass
+                out.append(ch)
+                i += 1
+                continue
+            if ch == quote:
+                self.pos = i + 1
+                return "".join(out)
+            out.append(ch)
+            i += 1
+        raise ValueError("unterminated string")
+
+    def value(self):
+        ch = self._peek()
+        if not ch:
+            raise ValueError("unexpected end")
+        start = self.pos
+        if ch in "'\"":
+            return self._string()
+        if ch in "[(":
+            return self._sequence("]" if ch == "[" else ")")
+        if ch == "{":
+            return self._mapping()
+        match = self._NUMBER.match(self.text, self.pos)
+        if match and (match.end() == len(self.text) or self.text[match.end()] in " ,)]}:\t\r\n"):
+            self.pos = match.end()
+            token = match.group(0)
+            if re.match(r"-?\d+$", token):
+                return int(token)
+            return float(token)
+        name = self._NAME.match(self.text, self.pos)
+        if name:
+            word = name.group(0)
+            after = name.end()
+            follows = self.text[after:after + 1]
+            if word in ("None", "True", "False") and follows in ("", " ", ",", ")", "]", "}", ":"):
+                self.pos = after
+                return {"None": None, "True": True, "False": False}[word]
+            return self._raw_until_balanced(start)
+        return self._raw_until_balanced(start)
+
+    def _sequence(self, closer):
+        self.pos += 1
+        items = []
+        while True:
+            ch = self._peek()
+            if not ch:
+                raise ValueError("unterminated sequence")
+            if ch == closer:
+                self.pos += 1
+                return items
+            items.append(self.value())
+            ch = self._peek()
+            if ch == ",":
+                self.pos += 1
+            elif ch != closer:
+                raise ValueError("expected , or %s" % closer)
+
+    def _mapping(self):
+        self.pos += 1
+        items, is_set = {}, None
+        while True:
+            ch = self._peek()
+            if not ch:
+                raise ValueError("unterminated mapping")
+            if ch == "}":
+                self.pos += 1
+                return sorted(items, key=str) if is_set else items
+            key = self.value()
+            if self._peek() == ":":
+                self.pos += 1
+                items[key if isinstance(key, str) else str(key)] = self.value()
+                is_set = False
+            else:
+                items[key if isinstance(key, str) else str(key)] = None
+                is_set = True if is_set is None else is_set
+            ch = self._peek()
+            if ch == ",":
+                self.pos += 1
+            elif ch != "}":
+                raise ValueError("expected , or }")
+
+    def keyword_arguments(self):
+        """Read ``name=value, ...)`` up to the closing parenthesis; stop quietly on anything malformed."""
+        result = {}
+        while True:
+            ch = self._peek()
+            if not ch or ch == ")":
+                return result
+            if self.text.startswith("...", self.pos):  # an elided repr: ServerArgs(model_path='x', ..., y=1)
+                self.pos += 3
+                if self._peek() not in (",", ")", ""):
+                    continue
+            else:
+                name = re.compile(r"([A-Za-z_]\w*)\s*=").match(self.text, self.pos)
+                if not name:
+                    return result
+                self.pos = name.end()
+                try:
+                    result[name.group(1)] = self.value()
+                except ValueError:
+                    return result
+            ch = self._peek()
+            if ch == ",":
+                self.pos += 1
+            elif ch != ")":
+                return result
+
+
+def parse_server_args(text):
+    """Parse the ``ServerArgs(...)`` repr in ``text`` (a whole log line is fine) into a dict.
+
+    Returns ``{}`` when the text holds no ``server_args=ServerArgs(``. Never evaluates code.
+    """
+    match = _SERVER_ARGS.search(text)
+    if not match:
+        return {}
+    return _ReprParser(text, match.end()).keyword_arguments()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Failures
+# --------------------------------------------------------------------------------------------------------------
+
+def _capture_name(name):
+    """'' (classic target decode), 'piecewise', 'draft', 'draft extend', 'target decode', 'target verify', ..."""
+    name = _CAPTURE_DEVICE.sub(" ", name)
+    name = " ".join(name.lower().split())
+    return name or "decode"
+
+
+def _first_exception_after(lines, start):
+    """The first Python exception line (``TypeError: ...``) at or after ``start``, stripped, or None."""
+    for line in lines[start:start + 400]:
+        _tag, message = _split_record(line)
+        if _EXCEPTION_LINE.match(message) and not _TRACEBACK.search(message):
+            return _proof(line)
+    return None
+
+
+def classify_failure(lines):
+    """Classify the failure of one boot (a list of log lines); see the module docstring ("Failures").
+
+    Returns ``None`` or ``{"kind": ..., "line": ..., "advice": ...}``.
+    """
+    evidence = []  # (precedence, index, kind, line)
+    kv_allocated = False
+    capturing = set()  # ranks between a "Capture ... graph begin" and its "end"
+    ready_at = None
+    terminal = False  # the boot ended: fatal marker, systemd stop/exit, or a device/budget OOM
+    frame_hint, after_frame = None, False
+    last_exception = -1  # the last Python exception line ("TypeError: ...") outside traceback frames
+    weak_tracebacks = []  # tracebacks without a fatal marker: a failure only if nothing progresses after them
+    last_progress = -1
+
+    def add(kind, index, line):
+        evidence.append((_PRECEDENCE[kind], index, kind, _proof(line)))
+
+    for index, raw in enumerate(lines):
+        tag, message = _split_record(raw)
+        rank = tag or ""
+        # --- progress -----------------------------------------------------------------------------------------
+        progress = True
+        if _KV_ALLOC.search(message) or _POOL_END.search(message):
+            kv_allocated = True
+        elif _CAPTURE_BEGIN.search(message):
+            capturing.add(rank)
+        elif _CAPTURE_END.search(message):
+            capturing.discard(rank)
+        elif _READY.search(message):
+            ready_at = index
+        elif not (_LW_BEGIN.search(message) or _LW_END.search(message) or _MAX_TOTAL.search(message)):
+            progress = False
+        if progress:
+            last_progress = index
+        # --- tracebacks: skip the frames and their source lines ------------------------------------------------
+        if _TRACEBACK.search(message):
+            frame_hint, after_frame = None, False
+            if not _FATAL.search(message):
+                weak_tracebacks.append(index)
+        elif _FRAME_LINE.match(message):
+            if _CAPTURE_FRAME.search(message):
+                frame_hint = "capture"
+            elif frame_hint is None and _WEIGHTS_FRAME.search(message):
+                frame_hint = "weights"
+            after_frame = True
+            continue
+        elif after_frame:
+            after_frame = False
+            if not _EXCEPTION_LINE.match(message):
+                continue  # the source line printed under a frame
+        if _EXCEPTION_LINE.match(message):
+            last_exception = index
+        # --- evidence -----------------------------------------------------------------------------------------
+        if _INIT_OOM.search(message) or _NEGATIVE_PROFILE.search(message):
+            add("init_oom", index, raw)
+            terminal = True
+        elif _CAPTURE_FAILED.search(message):
+            add("capture_oom" if _DEVICE_OOM.search(message) else "crash", index, raw)
+            terminal = True
+        elif _DEVICE_OOM.search(message):
+            if ready_at is not None:
+                kind = "runtime_oom"
+            elif capturing or frame_hint == "capture":
+                kind = "capture_oom"
+            elif not kv_allocated:
+                kind = "weights_oom"
+            else:
+                kind = "runtime_oom"
+            add(kind, index, raw)
+            terminal = True
+        elif _UNBALANCED.search(message):
+            add("unbalanced_memory", index, raw)
+        elif _NCCL.search(message):
+            add("nccl_error", index, raw)
+        elif _FATAL.search(message):
+            exception = _first_exception_after(lines, index + 1) if "hit an exception" in message else None
+            add("crash", index, exception or raw)
+            terminal = True
+        elif _SYSTEMD_END.search(raw):
+            terminal = True
+
+    if ready_at is None:
+        # A traceback or an exception with no fatal marker fails the boot only when the boot ends in it.
+        for index in weak_tracebacks:
+            if last_progress < index:
+                exception = _first_exception_after(lines, index + 1)
+                evidence.append((_PRECEDENCE["crash"], index, "crash", exception or _proof(lines[index])))
+                terminal = True
+        if last_exception > last_progress:
+            evidence.append((_PRECEDENCE["crash"], last_exception, "crash", _proof(lines[last_exception])))
+            terminal = True
+    else:
+        evidence = [e for e in evidence if e[1] > ready_at]
+    if not terminal:
+        # Unbalanced memory is only a warning in current SGLang, and NCCL warnings are noise, unless the boot died.
+        evidence = [e for e in evidence if e[2] not in ("unbalanced_memory", "nccl_error")]
+    if not evidence:
+        return None
+    _precedence, _index, kind, line = min(evidence)
+    return {"kind": kind, "line": line, "advice": FAILURE_KINDS[kind]}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Facts
+# --------------------------------------------------------------------------------------------------------------
+
+_RANK_KEYS = (
+    "pre_load_free_gib", "post_load_free_gib", "weights_gib", "weights_type", "load_elapsed_s",
+    "kv_tokens", "kv_size_gib", "kv_dtype", "memory_pool_end_free_gib", "cuda_graph_gib", "cuda_graphs",
+    "post_capture_free_gib", "draft_pre_load_free_gib", "draft_weights_gib", "draft_weights_type",
+    "draft_kv_tokens", "draft_kv_size_gib", "full_tokens", "swa_tokens",
+)
+
+
+def _new_rank(tag):
+    rank = dict((key, None) for key in _RANK_KEYS)
+    rank["tag"] = tag
+    rank["cuda_graphs"] = {}
+    rank["_loads"] = 0
+    rank["_begins"] = 0
+    rank["_kvs"] = 0
+    return rank
+
+
+def _float(text):
+    return None if text is None else float(text)
+
+
+def _min(values):
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
+def _max(values):
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def _dp_key(tag):
+    for part in (tag or "").split():
+        if part.startswith("DP"):
+            return part
+    return ""
+
+
+def _rank_sort_key(tag):
+    return [(re.sub(r"\d+$", "", p), int(re.sub(r"^\D+", "", p) or 0)) for p in tag.split()]
+
+
+def _boot_facts(lines):
+    ranks = {}
+    replicas = {}
+    server_args = {}
+    kv_dtype_line = None
+    ready = False
+    fmt_current = False
+
+    def rank_of(tag):
+        key = tag or ""
+        if key not in ranks:
+            ranks[key] = _new_rank(key)
+        return ranks[key]
+
+    for raw in lines:
+        tag, message = _split_record(raw)
+        if _SERVER_ARGS.search(message):
+            server_args = parse_server_args(message)
+            continue
+        if _READY.search(message):
+            ready = True
+            continue
+        match = _LW_BEGIN.search(message)
+        if match:
+            rank = rank_of(tag)
+            rank["_begins"] += 1
+            if rank["_begins"] == 1:
+                rank["pre_load_free_gib"] = float(match.group(1))
+            elif rank["draft_pre_load_free_gib"] is None:
+                rank["draft_pre_load_free_gib"] = float(match.group(1))
+            continue
+        match = _LW_END.search(message)
+        if match:
+            rest = match.group("rest")
+            fmt_current = fmt_current or "elapsed=" in rest
+            rank = rank_of(tag)
+            rank["_loads"] += 1
+            type_match = _FIELD["type"].search(rest)
+            cls = type_match.group(1) if type_match else None
+            avail = _FIELD["avail"].search(rest)
+            usage = _FIELD["usage"].search(rest)
+            elapsed = _FIELD["elapsed"].search(rest)
+            is_draft = rank["_loads"] > 1 or bool(cls and _DRAFT_CLASS.search(cls))
+            if not is_draft:
+                rank["post_load_free_gib"] = float(avail.group(1)) if avail else None
+                rank["weights_gib"] = float(usage.group(1)) if usage else None
+                rank["weights_type"] = cls
+                rank["load_elapsed_s"] = float(elapsed.group(1)) if elapsed else None
+            elif rank["draft_weights_gib"] is None and rank["draft_weights_type"] is None:
+                rank["draft_weights_gib"] = float(usage.group(1)) if usage else None
+                rank["draft_weights_type"] = cls
+            continue
+        match = _KV_DTYPE.search(message)
+        if match:
+            kv_dtype_line = kv_dtype_line or match.group(1)
+            continue
+        match = _KV_ALLOC.search(message)
+        if match:
+            rank = rank_of(tag)
+            rank["_kvs"] += 1
+            if match.group("dtype"):
+                fmt_current = True
+            size = (float(match.group("k")) + float(match.group("v"))) if match.group("k") else \
+                float(match.group("kv"))
+            tokens = int(match.group("tokens")) if match.group("tokens") else None
+            label = match.group("label") or ""
+            if rank["_kvs"] == 1 and "draft" not in label.lower():
+                rank["kv_tokens"], rank["kv_size_gib"] = tokens, round(size, 2)
+                rank["kv_dtype"] = match.group("dtype")
+            elif rank["draft_kv_size_gib"] is None:
+                rank["draft_kv_tokens"], rank["draft_kv_size_gib"] = tokens, round(size, 2)
+            continue
+        match = _POOL_END.search(message)
+        if match:
+            rank = rank_of(tag)
+            if rank["memory_pool_end_free_gib"] is None:
+                rank["memory_pool_end_free_gib"] = float(match.group(1))
+            continue
+        match = _CAPTURE_END.search(message)
+        if match:
+            rank = rank_of(tag)
+            rest = match.group("rest")
+            if re.search(r"elapsed=", rest) and "Time elapsed" not in rest:
+                fmt_current = True
+            usage = _FIELD["usage"].search(rest)
+            avail = _FIELD["avail"].search(rest)
+            if usage:
+                name = _capture_name(match.group("name"))
+                rank["cuda_graphs"][name] = round(rank["cuda_graphs"].get(name, 0.0) + float(usage.group(1)), 2)
+            if avail:
+                rank["post_capture_free_gib"] = float(avail.group(1))
+            continue
+        match = _SWA.search(message)
+        if match:
+            rank = rank_of(tag)
+            rank["full_tokens"], rank["swa_tokens"] = int(match.group(1)), int(match.group(2))
+            continue
+        match = _SWA_POOL.search(message)
+        if match:
+            rank = rank_of(tag)
+            rank["full_tokens"], rank["swa_tokens"] = int(match.group(3)), int(match.group(2))
+            continue
+        if _MAX_TOTAL.search(message):
+            values = {}
+            for key, value in _KEY_VALUE.findall(message):
+                values[key] = float(value) if "." in value else int(value)
+            gpu_mem = re.search(r"available_(?:gpu|cpu)_mem=" + _NUM + r" GB", message)
+            replica = {
+                "tag": tag or "",
+                "max_total_num_tokens": values.get("max_total_num_tokens"),
+                "chunked_prefill_size": values.get("chunked_prefill_size"),
+                "max_prefill_tokens": values.get("max_prefill_tokens"),
+                "max_running_requests": values.get("max_running_requests"),
+                "context_len": values.get("context_len"),
+                "available_gpu_mem_gib": float(gpu_mem.group(1)) if gpu_mem else None,
+            }
+            replicas.setdefault(_dp_key(tag), replica)
+            continue
+
+    rank_list = []
+    for tag in sorted(ranks, key=_rank_sort_key):
+        rank = ranks[tag]
+        if rank["cuda_graphs"]:
+            rank["cuda_graph_gib"] = round(sum(rank["cuda_graphs"].values()), 2)
+        for private in ("_loads", "_begins", "_kvs"):
+            rank.pop(private)
+        rank_list.append(rank)
+
+    replica_list = [replicas[key] for key in sorted(replicas, key=_rank_sort_key)]
+    best = None
+    for replica in replica_list:
+        if replica["max_total_num_tokens"] is None:
+            continue
+        if best is None or replica["max_total_num_tokens"] < best["max_total_num_tokens"]:
+            best = replica
+    best = best or (replica_list[0] if replica_list else {})
+
+    kv_dtype = kv_dtype_line or next((r["kv_dtype"] for r in rank_list if r["kv_dtype"]), None)
+    facts = {
+        "format": "current" if fmt_current else "classic",
+        "pre_load_free_gib": _min(r["pre_load_free_gib"] for r in rank_list),
+        "weights_gib": _max(r["weights_gib"] for r in rank_list),
+        "post_load_free_gib": _min(r["post_load_free_gib"] for r in rank_list),
+        "kv_tokens": _min(r["kv_tokens"] for r in rank_list),
+        "kv_size_gib": _max(r["kv_size_gib"] for r in rank_list),
+        "kv_dtype": kv_dtype,
+        "memory_pool_end_free_gib": _min(r["memory_pool_end_free_gib"] for r in rank_list),
+        "cuda_graph_gib": _max(r["cuda_graph_gib"] for r in rank_list),
+        "post_capture_free_gib": _min(r["post_capture_free_gib"] for r in rank_list),
+        "draft_weights_gib": _max(r["draft_weights_gib"] for r in rank_list),
+        "draft_kv_tokens": _min(r["draft_kv_tokens"] for r in rank_list),
+        "draft_kv_size_gib": _max(r["draft_kv_size_gib"] for r in rank_list),
+        "swa_tokens": _min(r["swa_tokens"] for r in rank_list),
+        "full_tokens": _min(r["full_tokens"] for r in rank_list),
+        "max_total_num_tokens": best.get("max_total_num_tokens"),
+        "max_running_requests": best.get("max_running_requests"),
+        "context_len": best.get("context_len"),
+        "chunked_prefill_size": best.get("chunked_prefill_size"),
+        "max_prefill_tokens": best.get("max_prefill_tokens"),
+        "available_gpu_mem_gib": _min(r["available_gpu_mem_gib"] for r in replica_list),
+        "replicas": replica_list,
+        "ready": ready,
+        "server_args": server_args,
+        "ranks": rank_list,
+        "tp_size": len(rank_list),
+    }
+    return facts
+
+
+def parse_startup_log(text):
+    """Parse SGLang startup-log ``text`` and return the facts of its last boot (see the module docstring).
+
+    Keys: ``format`` ('classic'|'current'), ``boots``, ``pre_load_free_gib``, ``weights_gib``,
+    ``post_load_free_gib``, ``kv_tokens``, ``kv_size_gib``, ``kv_dtype``, ``memory_pool_end_free_gib``,
+    ``cuda_graph_gib``, ``post_capture_free_gib``, ``draft_weights_gib``, ``draft_kv_tokens``,
+    ``draft_kv_size_gib``, ``swa_tokens``, ``full_tokens``, ``max_total_num_tokens``, ``max_running_requests``,
+    ``context_len``, ``chunked_prefill_size``, ``max_prefill_tokens``, ``available_gpu_mem_gib``, ``replicas``,
+    ``ready``, ``failure``, ``server_args``, ``ranks``, ``tp_size``. Values the log does not hold are ``None``.
+
+    Raises ``StartupLogError`` when ``text`` is empty or holds no SGLang record.
+    """
+    if text is None or not str(text).strip():
+        raise StartupLogError("the SGLang startup log is empty: there is no text to parse")
+    lines = str(text).splitlines()
+    boots = split_boots(lines)
+    if not boots:
+        sample = next((line.strip() for line in lines if line.strip()), "")[:120]
+        raise StartupLogError(
+            "no SGLang startup record in the text (%d lines, first: %r): expected lines such as "
+            "'server_args=ServerArgs(...)', 'Load weight begin. avail mem=...' or 'KV Cache is allocated.'"
+            % (len(lines), sample)
+        )
+    last = boots[-1]
+    facts = _boot_facts(last)
+    facts["boots"] = len(boots)
+    facts["failure"] = classify_failure(last)
+    return facts
