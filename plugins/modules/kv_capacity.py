@@ -1,0 +1,483 @@
+#!/usr/bin/python
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kv_capacity
+short_description: Predict SGLang's KV-cache pool for a model and --mem-fraction-static, and the fraction a target needs
+version_added: 0.1.0
+author:
+  - llmserve.sglang contributors (@llmserve)
+description:
+  - Computes, with SGLang's own arithmetic, the KV-cache pool SGLang builds per GPU for a model (its Hugging Face
+    C(config.json)), the server arguments, the free GPU memory before the weights load (O(pre_load_free_gib), P)
+    and after (O(post_load_free_gib), A), and O(mem_fraction_static) (f).
+  - "The budget is A - P * (1 - f) GiB (GiB = bytes / 2**30, SGLang's \"GB\"); the pool gets
+    int(budget * 2**30) // cell tokens, capped by O(max_total_tokens) and rounded down to O(page_size)."
+  - "The cell (bytes per token per GPU) is SGLang's: MHA/GQA max(1, kv_heads // tp) * (head_dim + v_head_dim) *
+    layers * dtype bytes; MLA (DeepSeek-V3, Kimi-K2) (kv_lora_rank + qk_rope_head_dim) * layers * dtype bytes,
+    not divided by TP; plus the DeepSeek-V3.2 indexer, hybrid sliding-window pools and speculative drafts as the
+    given O(sglang_version) does them."
+  - The arithmetic follows the SGLang release given in O(sglang_version) (RV(sglang_era)). Releases before 0.5.7
+    (V(classic)) add EAGLE headroom tokens outside the budget; 0.5.7 to 0.5.13 (V(mixin)) keep the draft's KV
+    outside the budget; 0.5.14 and later (V(current)) count the draft's KV in the cell and, for multimodal
+    models, reserve 100 MiB of the budget (from 0.5.18).
+  - With O(target_tokens), also returns the smallest O(mem_fraction_static) that gives at least that many tokens
+    (RV(mem_fraction_for_target)). With O(startup_facts) (the result of M(llmserve.sglang.sglang_startup_facts)),
+    P, A and the server arguments come from the startup log, and the prediction is compared with the logged
+    token count (RV(prediction_error_pct)).
+  - The module only reads O(model_config) and computes; it never changes anything.
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: This module only reads and computes; it behaves the same in check mode.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in diff mode).
+    support: none
+options:
+  model_config:
+    description:
+      - The model's Hugging Face configuration, as the path of a C(config.json), the path of a model directory
+        that holds one (a Hugging Face cache directory C(models--org--name) with a single snapshot works too), or
+        the configuration itself as a dictionary.
+      - Multimodal models are followed into C(text_config), C(language_config), C(llm_config) or C(thinker_config).
+      - Paths are read on the managed host.
+    type: raw
+    required: true
+  startup_facts:
+    description:
+      - The result of M(llmserve.sglang.sglang_startup_facts) for a server started with this model.
+      - Supplies O(pre_load_free_gib), O(post_load_free_gib) and, from its C(server_args), O(mem_fraction_static),
+        O(tp_size), O(dp_size), O(enable_dp_attention), O(kv_cache_dtype), O(page_size), O(max_total_tokens),
+        O(speculative_algorithm) and the speculative settings when the log had them. Options given explicitly win.
+      - Its C(max_total_num_tokens) (else C(kv_tokens)) is compared with the prediction.
+    type: dict
+  mem_fraction_static:
+    description:
+      - "SGLang's C(--mem-fraction-static), in (0, 1). Required unless O(startup_facts) has it."
+    type: float
+  pre_load_free_gib:
+    description:
+      - Free GPU memory before the weights load, in GiB, the minimum over the ranks (P).
+      - SGLang's C(Load weight begin. avail mem=...) value. Required unless O(startup_facts) has it.
+    type: float
+  post_load_free_gib:
+    description:
+      - Free GPU memory after the weights load, in GiB, the minimum over the ranks (A).
+      - SGLang's C(Load weight end. ... avail mem=...) value. Required unless O(startup_facts) has it.
+    type: float
+  tp_size:
+    description: Tensor-parallel size (C(--tp-size)). Default 1.
+    type: int
+  dp_size:
+    description: Data-parallel size (C(--dp-size)); each replica or attention-DP rank has its own pool. Default 1.
+    type: int
+  enable_dp_attention:
+    description: C(--enable-dp-attention); KV heads are then split over O(tp_size) // O(dp_size) ranks. Default false.
+    type: bool
+  kv_cache_dtype:
+    description:
+      - C(--kv-cache-dtype). V(auto) is the model's dtype, or fp8_e4m3 when the checkpoint's quantization config
+        says C(kv_cache_quant_algo=FP8). Default V(auto).
+      - FP4 on MHA models is supported only for SGLang before 0.5.16 (later, the attention backend decides the
+        cell).
+    type: str
+    choices: [auto, bf16, bfloat16, fp8_e4m3, fp8_e5m2, mxfp8, fp4_e2m1, nvfp4, fp4_mx_block16]
+  dtype:
+    description: SGLang's C(--dtype) (the model dtype V(auto) resolves the KV cache to).
+    type: str
+    choices: [auto, bfloat16, float16, half, float32, float]
+    default: auto
+  page_size:
+    description: C(--page-size); the token count is rounded down to a multiple of it. Default 1.
+    type: int
+  max_total_tokens:
+    description: C(--max-total-tokens), an upper bound on the pool (it can only shrink it).
+    type: int
+  sglang_version:
+    description:
+      - The SGLang release the server runs, such as V(0.5.9) or V(0.5.5.post3).
+      - When not given (and not in O(startup_facts)), the newest release this collection was checked against
+        (0.5.23) is assumed.
+    type: str
+  speculative_algorithm:
+    description: C(--speculative-algorithm).
+    type: str
+    choices: [EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM]
+  speculative_draft_layers:
+    description:
+      - KV layers of the draft model (its C(num_nextn_predict_layers), else its C(num_hidden_layers)), which SGLang
+        0.5.14 and later add to the cell.
+      - Default for V(NEXTN) the model's C(num_nextn_predict_layers), for V(EAGLE) and V(EAGLE3) 1; V(STANDALONE)
+        needs it.
+    type: int
+  speculative_num_steps:
+    description: C(--speculative-num-steps) (classic EAGLE headroom only).
+    type: int
+  speculative_eagle_topk:
+    description: C(--speculative-eagle-topk) (classic EAGLE headroom only).
+    type: int
+  speculative_num_draft_tokens:
+    description: C(--speculative-num-draft-tokens) (classic EAGLE headroom only).
+    type: int
+  max_running_requests:
+    description: C(--max-running-requests) (classic EAGLE headroom, where speculative decoding defaults it to 48).
+    type: int
+  swa_full_tokens_ratio:
+    description: C(--swa-full-tokens-ratio), sliding-window to full-attention tokens for hybrid sliding-window models.
+    type: float
+    default: 0.8
+  target_tokens:
+    description: A token count to size for; RV(mem_fraction_for_target) is the smallest fraction that gives it.
+    type: int
+  free_after_start_gib:
+    description:
+      - Free GPU memory per GPU once the server is up (after CUDA-graph capture), MIN over ranks, for the idle
+        headroom estimate (RV(headroom_mem_fraction)).
+      - Default from O(startup_facts), its C(post_capture_free_gib), else its C(available_gpu_mem_gib).
+    type: float
+  safety_margin_gib:
+    description: GiB per GPU kept free in the idle headroom estimate.
+    type: float
+    default: 2.0
+  hicache_ratio:
+    description:
+      - What-if for C(--enable-hierarchical-cache) with C(--hicache-ratio) (SGLang's default is 2.0); the host pool
+        is this many times the GPU pool (RV(hicache_host_tokens)). Omit for no what-if.
+    type: float
+  hicache_size_gb:
+    description: What-if for C(--hicache-size) (GB of 1e9 bytes per rank); when set and above 0 it wins over O(hicache_ratio).
+    type: float
+notes:
+  - Everything is per GPU (per rank); with O(dp_size) > 1 each replica or attention-DP rank has a pool of
+    RV(max_total_num_tokens) tokens (RV(total_kv_tokens) in all).
+  - Not modelled, and failing with a message that says so, are hybrid Mamba/linear-attention models (their state pool), DeepSeek-V4 compressed attention,
+    pipeline parallelism (MIN over stages), DFLASH drafts, SGLANG_ENABLE_POST_CAPTURE_KV_SIZING and environment
+    overrides of the multimodal reservation.
+seealso:
+  - name: SGLang server arguments
+    description: C(--mem-fraction-static), C(--max-total-tokens), C(--kv-cache-dtype) and the others.
+    link: https://docs.sglang.ai/advanced_features/server_arguments.html
+"""
+
+EXAMPLES = r"""
+- name: Predict the KV pool of Kimi-K2.5 on TP8 at 0.88
+  llmserve.sglang.kv_capacity:
+    model_config: /models/Kimi-K2.5
+    tp_size: 8
+    mem_fraction_static: 0.88
+    pre_load_free_gib: 94.04
+    post_load_free_gib: 21.71
+    sglang_version: 0.5.9
+    target_tokens: 250000
+  register: kv
+
+- name: Show the fraction 250k tokens need
+  ansible.builtin.debug:
+    msg: "{{ kv.max_total_num_tokens }} tokens now; {{ kv.mem_fraction_for_target }} gives 250000"
+
+- name: Read the startup log, then check the prediction against it
+  llmserve.sglang.sglang_startup_facts:
+    unit: sglang.service
+  register: facts
+
+- name: Compare with the log
+  llmserve.sglang.kv_capacity:
+    model_config: /models/Kimi-K2.5/config.json
+    startup_facts: "{{ facts }}"
+    sglang_version: 0.5.9
+  register: kv_check
+
+- name: Fail when the model is more than 1% off
+  ansible.builtin.assert:
+    that: kv_check.prediction_error_pct | abs < 1
+"""
+
+RETURN = r"""
+sglang_era:
+  description: V(classic) (before 0.5.7), V(mixin) (0.5.7 to 0.5.13) or V(current) (0.5.14 and later).
+  returned: success
+  type: str
+  sample: mixin
+attention:
+  description: V(mha), V(mla) or V(nsa) (MLA with the DeepSeek-V3.2 indexer).
+  returned: success
+  type: str
+  sample: mla
+kv_cache_dtype:
+  description: The KV cache dtype O(kv_cache_dtype) resolved to.
+  returned: success
+  type: str
+  sample: bfloat16
+cell_size_bytes:
+  description:
+    - Bytes one token takes in the pool per GPU, as SGLang divides the budget by it (the draft's layers included
+      from 0.5.14). A float for hybrid sliding-window models on SGLang 0.5.11 and later.
+  returned: success
+  type: raw
+  sample: 70272
+kv_budget_gib:
+  description: A - P * (1 - f), in GiB. Zero or less means SGLang refuses to start.
+  returned: success
+  type: float
+  sample: 10.4252
+reserved_gib:
+  description: P * (1 - f), in GiB, left for CUDA graphs, activations and allocator slack.
+  returned: success
+  type: float
+  sample: 11.2848
+mm_reservation_gib:
+  description: GiB a multimodal model reserves out of the budget (SGLang 0.5.18 and later), else 0.
+  returned: success
+  type: float
+  sample: 0.0
+max_total_num_tokens:
+  description: The tokens SGLang's pool gets (its C(max_total_num_tokens)); 0 when SGLang would refuse to start.
+  returned: success
+  type: int
+  sample: 159294
+swa_max_total_num_tokens:
+  description: Tokens of the sliding-window pool of a hybrid sliding-window model, else V(null).
+  returned: success
+  type: int
+  sample: null
+eagle_headroom_tokens:
+  description: EAGLE headroom tokens classic SGLang adds outside the budget (included in RV(max_total_num_tokens)).
+  returned: success
+  type: int
+  sample: 0
+mem_fraction_static:
+  description: The O(mem_fraction_static) the computation used (given, or from O(startup_facts)).
+  returned: success
+  type: float
+  sample: 0.88
+free_after_start_gib:
+  description: The free memory after start the idle headroom estimate used, or V(null) when none was known.
+  returned: success
+  type: float
+  sample: 7.43
+headroom_mem_fraction:
+  description:
+    - Upper estimate of how far the fraction could rise from the idle headroom, f + (free after start - safety) / P;
+      V(null) without the free memory after start. Activations under load need part of that memory, so the
+      C(kv_tune) role verifies it under load.
+  returned: success
+  type: float
+  sample: 0.93
+headroom_kv_budget_gib:
+  description: The KV budget at RV(headroom_mem_fraction), or V(null).
+  returned: success
+  type: float
+  sample: 15.13
+headroom_tokens:
+  description: The tokens at RV(headroom_mem_fraction), or V(null).
+  returned: success
+  type: int
+  sample: 231254
+hicache_host_tokens:
+  description: Tokens of the hierarchical-cache host pool per rank for O(hicache_ratio) or O(hicache_size_gb), else V(null).
+  returned: success
+  type: int
+  sample: 318589
+hicache_host_gib_per_rank:
+  description: Host RAM that pool takes per rank, GiB, else V(null).
+  returned: success
+  type: float
+  sample: 20.85
+hicache_host_gib_total:
+  description: Host RAM for every rank of the host (O(tp_size), times O(dp_size) without DP attention), GiB, else V(null).
+  returned: success
+  type: float
+  sample: 166.8
+kv_pool_gib:
+  description: GiB the pool takes per GPU (tokens times cell; the draft's KV included from 0.5.14).
+  returned: success
+  type: float
+  sample: 10.4251
+kv_pools:
+  description: Independent pools (O(dp_size)).
+  returned: success
+  type: int
+  sample: 1
+total_kv_tokens:
+  description: RV(max_total_num_tokens) times RV(kv_pools).
+  returned: success
+  type: int
+  sample: 159294
+min_mem_fraction_static:
+  description: The fraction at which the budget is 0, 1 - A / P (the multimodal reservation included).
+  returned: success
+  type: float
+  sample: 0.769141
+mem_fraction_for_target:
+  description:
+    - The smallest O(mem_fraction_static) giving at least O(target_tokens), exact to the token; V(null) without
+      O(target_tokens) or when no fraction below 1 reaches it (see RV(issues)). Round it up, never down.
+  returned: success
+  type: float
+  sample: 0.943124999902645
+issues:
+  description: Why the server would not start, or why the target is out of reach; each is also issued as a warning.
+  returned: success
+  type: list
+  elements: str
+  sample: []
+observed_tokens:
+  description: The token count in O(startup_facts).
+  returned: when O(startup_facts) is given
+  type: int
+  sample: 159277
+predicted_tokens:
+  description: RV(max_total_num_tokens), for comparison with RV(observed_tokens).
+  returned: when O(startup_facts) is given
+  type: int
+  sample: 159294
+prediction_error_pct:
+  description: (predicted - observed) / observed * 100; V(null) without an observed count.
+  returned: when O(startup_facts) is given
+  type: float
+  sample: 0.0107
+inputs:
+  description: The values the computation used, after merging O(startup_facts) with the options.
+  returned: success
+  type: dict
+  sample: {"tp_size": 8, "mem_fraction_static": 0.88, "pre_load_free_gib": 94.04, "post_load_free_gib": 21.71}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.parsing.convert_bool import boolean
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import KvModelError, capacity, model_shape
+from ansible_collections.llmserve.sglang.plugins.module_utils.model_config import load_model_config
+
+# option -> (default, keys looked up in startup_facts.server_args then in startup_facts)
+MERGED = {
+    "mem_fraction_static": (None, ("mem_fraction_static",)),
+    "pre_load_free_gib": (None, ("pre_load_free_gib",)),
+    "post_load_free_gib": (None, ("post_load_free_gib",)),
+    "tp_size": (1, ("tp_size",)),
+    "dp_size": (1, ("dp_size",)),
+    "enable_dp_attention": (False, ("enable_dp_attention",)),
+    "kv_cache_dtype": ("auto", ("kv_cache_dtype",)),
+    "page_size": (1, ("page_size",)),
+    "max_total_tokens": (None, ("max_total_tokens",)),
+    "sglang_version": (None, ("sglang_version", "version")),
+    "speculative_algorithm": (None, ("speculative_algorithm",)),
+    "speculative_num_steps": (None, ("speculative_num_steps",)),
+    "speculative_eagle_topk": (None, ("speculative_eagle_topk",)),
+    "speculative_num_draft_tokens": (None, ("speculative_num_draft_tokens",)),
+    "max_running_requests": (None, ("max_running_requests",)),
+}
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            model_config=dict(type="raw", required=True),
+            startup_facts=dict(type="dict"),
+            mem_fraction_static=dict(type="float"),
+            pre_load_free_gib=dict(type="float"),
+            post_load_free_gib=dict(type="float"),
+            tp_size=dict(type="int"),
+            dp_size=dict(type="int"),
+            enable_dp_attention=dict(type="bool"),
+            kv_cache_dtype=dict(type="str", choices=["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "mxfp8",
+                                                     "fp4_e2m1", "nvfp4", "fp4_mx_block16"]),
+            dtype=dict(type="str", default="auto", choices=["auto", "bfloat16", "float16", "half", "float32", "float"]),
+            page_size=dict(type="int"),
+            max_total_tokens=dict(type="int", no_log=False),
+            sglang_version=dict(type="str"),
+            speculative_algorithm=dict(type="str", choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]),
+            speculative_draft_layers=dict(type="int"),
+            speculative_num_steps=dict(type="int"),
+            speculative_eagle_topk=dict(type="int"),
+            speculative_num_draft_tokens=dict(type="int", no_log=False),
+            max_running_requests=dict(type="int"),
+            swa_full_tokens_ratio=dict(type="float", default=0.8, no_log=False),
+            target_tokens=dict(type="int", no_log=False),
+            free_after_start_gib=dict(type="float"),
+            safety_margin_gib=dict(type="float", default=2.0),
+            hicache_ratio=dict(type="float"),
+            hicache_size_gb=dict(type="float"),
+        ),
+        supports_check_mode=True,
+    )
+
+
+_FLOATS = ("mem_fraction_static", "pre_load_free_gib", "post_load_free_gib")
+_BOOLS = ("enable_dp_attention",)
+_STRS = ("kv_cache_dtype", "sglang_version", "speculative_algorithm")
+
+
+def _coerce(name, value):
+    """Values from startup_facts may be the log's text: make numbers of them (bad text is left for the check)."""
+    if value is None or name in _STRS:
+        return value
+    if name in _BOOLS:
+        return boolean(value, strict=False) if isinstance(value, str) else value
+    if isinstance(value, str):
+        try:
+            return float(value) if name in _FLOATS else int(value)
+        except ValueError:
+            return value
+    if name in _FLOATS and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def merge_inputs(params):
+    """Explicit options, else startup_facts.server_args, else startup_facts, else the default."""
+    facts = params.get("startup_facts") or {}
+    server_args = facts.get("server_args") if isinstance(facts.get("server_args"), dict) else {}
+    merged = {}
+    for name, (default, keys) in MERGED.items():
+        value = params.get(name)
+        if value is None:
+            for source in (server_args, facts):
+                found = [source[k] for k in keys if source.get(k) is not None]
+                if found:
+                    value = found[0]
+                    break
+        merged[name] = default if value is None else _coerce(name, value)
+    if merged["sglang_version"] is not None:
+        merged["sglang_version"] = str(merged["sglang_version"])
+    if isinstance(merged["speculative_algorithm"], str):
+        merged["speculative_algorithm"] = merged["speculative_algorithm"].upper() or None
+    for name in ("mem_fraction_static", "pre_load_free_gib", "post_load_free_gib"):
+        if merged[name] is None:
+            raise KvModelError("%s is required: give it, or startup_facts that have it" % name)
+    return merged
+
+
+def main():
+    module = build_module()
+    params = module.params
+    try:
+        inputs = merge_inputs(params)
+        shape = model_shape(load_model_config(params["model_config"]), dtype=params["dtype"])
+        result = capacity(
+            shape, inputs["mem_fraction_static"], inputs["pre_load_free_gib"], inputs["post_load_free_gib"],
+            tp_size=inputs["tp_size"], dp_size=inputs["dp_size"], enable_dp_attention=bool(inputs["enable_dp_attention"]),
+            kv_cache_dtype=inputs["kv_cache_dtype"], page_size=inputs["page_size"],
+            sglang_version=inputs["sglang_version"], target_tokens=params["target_tokens"],
+            max_total_tokens=inputs["max_total_tokens"], speculative_algorithm=inputs["speculative_algorithm"],
+            draft_layers=params["speculative_draft_layers"], speculative_num_steps=inputs["speculative_num_steps"],
+            speculative_eagle_topk=inputs["speculative_eagle_topk"],
+            speculative_num_draft_tokens=inputs["speculative_num_draft_tokens"],
+            max_running_requests=inputs["max_running_requests"],
+            swa_full_tokens_ratio=params["swa_full_tokens_ratio"], observed=params["startup_facts"] or None,
+            free_after_start_gib=params["free_after_start_gib"], safety_margin_gib=params["safety_margin_gib"],
+            hicache_ratio=params["hicache_ratio"], hicache_size_gb=params["hicache_size_gb"])
+    except KvModelError as exc:
+        module.fail_json(msg=str(exc))
+    inputs["target_tokens"] = params["target_tokens"]
+    for issue in result["issues"]:
+        module.warn(issue)
+    module.exit_json(changed=False, inputs=inputs, **result)
+
+
+if __name__ == "__main__":
+    main()

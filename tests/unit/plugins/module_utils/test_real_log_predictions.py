@@ -1,0 +1,59 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Two halves of the engine against SGLang itself: the facts that startup_log reads from a real startup log, fed
+to kv_memory's formula with the model's config.json, must give the #tokens that SGLang logged.
+
+Each case states the prediction error measured when it was written; the bound is a little above it, so a change
+in either half that moves a prediction shows up here. Sources of the logs: tests/fixtures/logs/SOURCES.md; of the
+configs: tests/fixtures/configs/SOURCES.md.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
+
+# log, config, SGLang version that wrote the log, logged #tokens, measured error (%), bound (%)
+CASES = [
+    # MLA (Kimi-K2.5, DeepSeek-V3 attention), TP8, bf16 KV, v0.5.8 on 8x MI355X: a real log, complete up to the pool.
+    ("v058_tp8_kimi_k25_mi355x_capture_crash.log", "kimi-k2.5-int4.json", "0.5.8", 2454421, 0.0034, 0.01),
+    # GQA (Grok-2: 8 KV heads, head_dim 128, 64 layers), TP8, bf16 KV, fp8 weights, v0.5.2rc2 on 8x H100: real, ready.
+    ("classic_tp8_grok2_fp8_h100_ready.log", "grok-2-attention.json", "0.5.2", 903439, 0.1216, 0.2),
+    # The field case (reconstructed from the stated numbers; EAGLE-3, mixin-era 0.5.9 arithmetic), TP8 MLA.
+    ("field_kimi_k25_rtx6000_tp8_eagle3.log", "kimi-k2.5-int4.json", "0.5.9", 159277, 0.0107, 0.1),
+    # GQA at TP1 with an EAGLE-3 draft (SGLang's docs notebook), capped by --max-total-tokens 20480: the cap wins.
+    ("classic_tp1_llama31_8b_eagle3_h100.log", "llama-3.1-8b.json", "0.5.5", 20480, 0.0, 0.0),
+]
+
+
+def _predict(log: str, config: str, version: str) -> dict:
+    facts = parse_startup_log((FIXTURES / "logs" / log).read_text())
+    args = facts["server_args"]
+    return capacity(
+        json.loads((FIXTURES / "configs" / config).read_text()),
+        args["mem_fraction_static"], facts["pre_load_free_gib"], facts["post_load_free_gib"],
+        tp_size=args.get("tp_size") or 1, dp_size=args.get("dp_size") or 1,
+        kv_cache_dtype=args.get("kv_cache_dtype") or "auto", page_size=args.get("page_size") or 1,
+        max_total_tokens=args.get("max_total_tokens"), speculative_algorithm=args.get("speculative_algorithm"),
+        sglang_version=version, observed=facts)
+
+
+@pytest.mark.parametrize("log,config,version,logged,measured,bound", CASES, ids=[c[0] for c in CASES])
+def test_formula_predicts_the_logged_pool(log, config, version, logged, measured, bound):
+    result = _predict(log, config, version)
+    assert result["observed_tokens"] == logged
+    assert abs(result["prediction_error_pct"]) <= bound, result
+    assert result["prediction_error_pct"] == pytest.approx(measured, abs=0.0001)
+
+
+def test_field_case_cell_and_budget():
+    result = _predict("field_kimi_k25_rtx6000_tp8_eagle3.log", "kimi-k2.5-int4.json", "0.5.9")
+    assert result["cell_size_bytes"] == 70272  # (512 + 64) x 61 layers x 2 B, not divided by TP
+    assert result["kv_budget_gib"] == pytest.approx(21.71 - 94.04 * 0.12, abs=1e-4)
