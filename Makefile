@@ -18,12 +18,12 @@ export PATH := $(BIN):$(PATH)
 # Some machines list find-links/index folders that do not exist; pip warns once per package about them.
 PIP_NOISE := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: help venv system-deps demo test lint sanity units functional build changelog clean
+.PHONY: help venv system-deps demo test lint sanity units functional build bench clean
 
 help:
 	@echo "make demo        capacity report for a recorded field-case startup log (localhost)"
 	@echo "make test        lint + sanity + units + functional (what CI runs)"
-	@echo "make lint | sanity | units | functional | build | clean"
+	@echo "make lint | sanity | units | functional | build | bench | clean"
 
 # --- setup -------------------------------------------------------------------------------------------
 system-deps:
@@ -49,6 +49,7 @@ demo: venv
 	$(BIN)/ansible-playbook playbooks/capacity_report.yml -i inventories/local \
 	  -e capacity_report_log_path=$(CURDIR)/tests/fixtures/logs/field_kimi_k25_rtx6000_tp8_eagle3.log \
 	  -e capacity_report_model_config=$(CURDIR)/tests/fixtures/configs/kimi-k2.5-int4.json \
+	  -e capacity_report_sglang_version=0.5.9 \
 	  -e capacity_report_target_tokens=250000
 
 # --- tests -----------------------------------------------------------------------------------------
@@ -80,6 +81,10 @@ build: venv
 	rm -rf .tmp/build && mkdir -p .tmp/build
 	$(BIN)/ansible-galaxy collection build --output-path .tmp/build . 2>&1 | tee .tmp/build/log
 	@! grep -qi warning .tmp/build/log || { echo "collection build printed warnings"; exit 1; }
+
+# Measurements quoted in README.md (never asserted in tests).
+bench: venv
+	$(BIN)/python bench/bench_engine.py | tee bench/results.md
 
 clean:
 	rm -rf .tmp tests/output .pytest_cache
