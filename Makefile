@@ -27,9 +27,10 @@ help:
 
 # --- setup -------------------------------------------------------------------------------------------
 system-deps:
-	@if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || ! command -v git >/dev/null; then \
-	  echo "installing python3-venv, git (apt)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip git >/dev/null; \
+	@# shellcheck: ansible-test sanity skips its shell checks without it.
+	@if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || ! command -v git >/dev/null || ! command -v shellcheck >/dev/null; then \
+	  echo "installing python3-venv, git, shellcheck (apt)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip git shellcheck >/dev/null; \
 	fi
 
 $(VENV)/.installed: requirements.txt constraints.txt | system-deps

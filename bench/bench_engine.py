@@ -38,7 +38,7 @@ PREDICTION_CASES = [
 
 def best_of(n, fn):
     best = None
-    for _ in range(n):
+    for _round in range(n):
         start = time.perf_counter()
         fn()
         elapsed = time.perf_counter() - start
@@ -58,7 +58,7 @@ def bench_parse(boots: int) -> dict:
     seconds = best_of(3, lambda: parse_startup_log(text))
     tracemalloc.start()
     facts = parse_startup_log(text)
-    _, peak = tracemalloc.get_traced_memory()
+    peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert facts["boots"] == boots and facts["kv_tokens"] == 159277
     mib = len(text.encode()) / 2 ** 20
@@ -70,9 +70,9 @@ def bench_formula() -> dict:
     shape = model_shape(KIMI)
     n = 2000
     per_capacity = best_of(3, lambda: [capacity(shape, 0.88, 94.04, 21.71, tp_size=8, sglang_version="0.5.9",
-                                                target_tokens=250000) for _ in range(n)]) / n
+                                                target_tokens=250000) for _call in range(n)]) / n
     per_inverse = best_of(3, lambda: [mem_fraction_for_tokens(250000, 70272, 94.04, 21.71)
-                                      for _ in range(n)]) / n
+                                      for _call in range(n)]) / n
     return {"capacity_us": per_capacity * 1e6, "inverse_us": per_inverse * 1e6}
 
 

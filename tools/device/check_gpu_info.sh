@@ -19,7 +19,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 if [ "${1:-}" = "--prepare" ]; then
   dest=${2:?usage: $0 --prepare DIR}
-  site=$(ls -d "$REPO"/.venv/lib/python3*/site-packages 2>/dev/null | head -n1)
+  site=$(find "$REPO"/.venv/lib -maxdepth 2 -type d -name site-packages 2>/dev/null | head -n1)
   [ -n "$site" ] || { echo "no $REPO/.venv: run make venv first" >&2; exit 1; }
   mkdir -p "$dest"
   for item in pynvml.py ansible ansible_core-*.dist-info jinja2 markupsafe yaml _yaml packaging resolvelib; do
