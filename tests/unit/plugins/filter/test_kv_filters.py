@@ -6,24 +6,14 @@ sidecar documentation."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-try:
-    from ansible_collections.llmserve.sglang.plugins.filter import kv as kv_filter
-    from ansible_collections.llmserve.sglang.plugins.filter import sglang_cli_args as cli_filter
-except ImportError:  # plain pytest from the checkout: `make venv` links it under .venv/collections
-    for entry in (os.environ.get("ANSIBLE_COLLECTIONS_PATH") or "").split(os.pathsep) + [
-            str(Path(__file__).resolve().parents[4] / ".venv" / "collections")]:
-        if entry and entry not in sys.path:
-            sys.path.insert(0, entry)
-    from ansible_collections.llmserve.sglang.plugins.filter import kv as kv_filter
-    from ansible_collections.llmserve.sglang.plugins.filter import sglang_cli_args as cli_filter
+from ansible_collections.llmserve.sglang.plugins.filter import kv as kv_filter
+from ansible_collections.llmserve.sglang.plugins.filter import sglang_cli_args as cli_filter
 
 REPO = Path(__file__).resolve().parents[4]
 CONFIGS = REPO / "tests" / "fixtures" / "configs"

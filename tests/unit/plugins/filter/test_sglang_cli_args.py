@@ -7,24 +7,14 @@ then word splitting with quotes and C escapes, then $$), and, where systemd-anal
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-try:
-    from ansible_collections.llmserve.sglang.plugins.filter import sglang_cli_args as cli
-except ImportError:  # plain pytest from the checkout: `make venv` links it under .venv/collections
-    for entry in (os.environ.get("ANSIBLE_COLLECTIONS_PATH") or "").split(os.pathsep) + [
-            str(Path(__file__).resolve().parents[4] / ".venv" / "collections")]:
-        if entry and entry not in sys.path:
-            sys.path.insert(0, entry)
-    from ansible_collections.llmserve.sglang.plugins.filter import sglang_cli_args as cli
+from ansible_collections.llmserve.sglang.plugins.filter import sglang_cli_args as cli
 
 FILTERS = cli.FilterModule().filters()
 sglang_cli_args = FILTERS["sglang_cli_args"]

@@ -6,23 +6,13 @@ a clear error for each way it can fail."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-try:
-    from ansible_collections.llmserve.sglang.plugins.module_utils import model_config as mc
-    from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import KvModelError
-except ImportError:  # plain pytest from the checkout: `make venv` links it under .venv/collections
-    for entry in (os.environ.get("ANSIBLE_COLLECTIONS_PATH") or "").split(os.pathsep) + [
-            str(Path(__file__).resolve().parents[4] / ".venv" / "collections")]:
-        if entry and entry not in sys.path:
-            sys.path.insert(0, entry)
-    from ansible_collections.llmserve.sglang.plugins.module_utils import model_config as mc
-    from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import KvModelError
+from ansible_collections.llmserve.sglang.plugins.module_utils import model_config as mc
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import KvModelError
 
 CONFIGS = Path(__file__).resolve().parents[3] / "fixtures" / "configs"
 

@@ -9,20 +9,11 @@ built for the test and reuse lines of those fixtures.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-try:
-    from ansible_collections.llmserve.sglang.plugins.module_utils import startup_log as sl
-except ImportError:  # plain pytest from the checkout: `make venv` links it under .venv/collections
-    for entry in (os.environ.get("ANSIBLE_COLLECTIONS_PATH") or "").split(os.pathsep) + [
-            str(Path(__file__).resolve().parents[4] / ".venv" / "collections")]:
-        if entry and entry not in sys.path:
-            sys.path.insert(0, entry)
-    from ansible_collections.llmserve.sglang.plugins.module_utils import startup_log as sl
+from ansible_collections.llmserve.sglang.plugins.module_utils import startup_log as sl
 
 LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "logs"
 
