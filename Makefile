@@ -18,12 +18,19 @@ export PATH := $(BIN):$(PATH)
 # Some machines list find-links/index folders that do not exist; pip warns once per package about them.
 PIP_NOISE := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: help venv system-deps demo test lint sanity units functional build bench clean
+# The simulator's wheel, installed offline on simulated hosts (tools/simhosts, tools/sglang_sim).
+WHEELHOUSE_DIR := $(CURDIR)/.tmp/wheelhouse
+SIM_SOURCES := $(shell find tools/sglang_sim -type f -not -path '*/build/*' -not -path '*.egg-info*' -not -name '*.pyc' 2>/dev/null)
+WHEELHOUSE ?= $(WHEELHOUSE_DIR)
+export SIM_WHEELHOUSE := $(WHEELHOUSE)
+
+.PHONY: help venv system-deps demo test lint sanity units functional sim simhosts wheelhouse build bench clean
 
 help:
-	@echo "make demo        capacity report for a recorded field-case startup log (localhost)"
-	@echo "make test        lint + sanity + units + functional (what CI runs)"
-	@echo "make lint | sanity | units | functional | build | bench | clean"
+	@echo "make demo        a simulated field-case GPU host, its SGLang server, and its capacity report"
+	@echo "make test        lint + sanity + units + functional + sim + simhosts + build (what CI runs)"
+	@echo "make lint | sanity | units | functional | sim | simhosts | build | bench | clean"
+	@echo "make sim-up [N=4] [PROFILE=field] | sim-down | sim-status   simulated GPU hosts"
 
 # --- setup -------------------------------------------------------------------------------------------
 system-deps:
@@ -45,16 +52,28 @@ $(VENV)/.installed: requirements.txt constraints.txt | system-deps
 
 venv: $(VENV)/.installed
 
+$(WHEELHOUSE_DIR)/.built: $(SIM_SOURCES) | $(VENV)/.installed
+	rm -rf $(WHEELHOUSE_DIR) && mkdir -p $(WHEELHOUSE_DIR)
+	$(BIN)/pip wheel -q --disable-pip-version-check --no-deps tools/sglang_sim -w $(WHEELHOUSE_DIR) 2>&1 | $(PIP_NOISE)
+	rm -rf tools/sglang_sim/build
+	touch $@
+
+wheelhouse: $(WHEELHOUSE_DIR)/.built
+
+include tools/simhosts/simhosts.mk
+sim-up: wheelhouse
+
 # --- the main job ---------------------------------------------------------------------------------
+# A simulated 8x RTX PRO 6000 host of the field case (tools/sglang_sim), its SGLang server started at the
+# field's --mem-fraction-static 0.88, then the capacity report read over ssh from its journal and nvidia-smi.
 demo: venv
-	$(BIN)/ansible-playbook playbooks/capacity_report.yml -i inventories/local \
-	  -e capacity_report_log_path=$(CURDIR)/tests/fixtures/logs/field_kimi_k25_rtx6000_tp8_eagle3.log \
-	  -e capacity_report_model_config=$(CURDIR)/tests/fixtures/configs/kimi-k2.5-int4.json \
-	  -e capacity_report_sglang_version=0.5.9 \
-	  -e capacity_report_target_tokens=250000
+	$(MAKE) --no-print-directory sim-up N=1 PROFILE=field
+	$(SIMHOSTS) serve sim1
+	$(BIN)/ansible-playbook playbooks/capacity_report.yml -i inventories/sim \
+	  -e capacity_report_sglang_version=0.5.9 -e capacity_report_target_tokens=250000
 
 # --- tests -----------------------------------------------------------------------------------------
-test: lint sanity units functional build
+test: lint sanity units functional sim simhosts build
 	@echo "make test: all green"
 
 lint: venv
@@ -77,6 +96,14 @@ units: venv $(TEST_ROOT)
 
 functional: venv
 	$(BIN)/pytest -q tests/functional
+
+# The simulator on its own (local processes).
+sim: venv
+	$(BIN)/pytest -q tests/sim
+
+# Simulated hosts (nspawn containers over ssh) with the simulator installed from the wheelhouse.
+simhosts: venv wheelhouse
+	$(BIN)/pytest -q tests/simhosts
 
 build: venv
 	rm -rf .tmp/build && mkdir -p .tmp/build

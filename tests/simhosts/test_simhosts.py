@@ -4,21 +4,16 @@
 """tools/simhosts for real: four nspawn hosts up, Ansible and journald on them, a crash recovered, nothing left after down.
 
 Uses its own prefix (simtest) and inventory file, so a developer's `make sim-up` hosts are never touched.
-The simulator comes from $SIM_WHEELHOUSE when set, else from a stub wheel built here that provides the same
-console scripts (sglang-sim-smi, sglang-sim-profile), so the install hook is always exercised.
+The simulator comes from $SIM_WHEELHOUSE (`make simhosts` sets it), else its wheel is built here.
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import zipfile
 from pathlib import Path
 
 import ansible_runner
@@ -48,48 +43,10 @@ def _cannot_run_nspawn() -> str | None:
 
 pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
 
-STUB = '''
-import json, os, sys
-
-
-def smi():
-    print("NVIDIA RTX PRO 6000 Blackwell (stub), 97887 MiB")
-
-
-def profile():
-    args = sys.argv[1:]
-    if len(args) != 4 or args[0] != "install" or args[2] != "--root":
-        sys.exit("usage: sglang-sim-profile install NAME --root DIR")
-    root = args[3]
-    os.makedirs(os.path.join(root, "etc/sglang-sim"), exist_ok=True)
-    os.makedirs(os.path.join(root, "models/stub"), exist_ok=True)
-    with open(os.path.join(root, "etc/sglang-sim/host.json"), "w") as out:
-        json.dump({"profile": args[1]}, out)
-    with open(os.path.join(root, "models/stub/config.json"), "w") as out:
-        json.dump({"model_type": "stub"}, out)
-'''
-
-
-def build_stub_wheel(directory: Path) -> None:
-    """A minimal pure-Python wheel named like the simulator's, with its two console scripts."""
-    dist = "sglang_sim-0.0.0.dist-info"
-    files = {
-        "sglang_sim/__init__.py": "",
-        "sglang_sim/stub.py": STUB,
-        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: sglang-sim\nVersion: 0.0.0\n",
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test_simhosts\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{dist}/entry_points.txt": ("[console_scripts]\nsglang-sim-smi = sglang_sim.stub:smi\n"
-                                     "sglang-sim-profile = sglang_sim.stub:profile\n"),
-    }
-    record = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(text.encode())}")
-    files[f"{dist}/RECORD"] = "\n".join(record + [f"{dist}/RECORD,,"]) + "\n"
-    with zipfile.ZipFile(directory / "sglang_sim-0.0.0-py3-none-any.whl", "w") as wheel:
-        for name, text in files.items():
-            # Fixed timestamps: the same bytes every run, so simhosts' layer cache (keyed by content) is reused.
-            wheel.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), text)
+def build_simulator_wheel(directory: Path) -> None:
+    """The simulator's real wheel, as `make wheelhouse` builds it, for runs outside make."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO / "tools" / "sglang_sim"),
+                    "-w", str(directory)], check=True, capture_output=True, timeout=600)
 
 
 def simhosts(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -127,16 +84,13 @@ def sim(tmp_path_factory):
     """Four hosts of our own prefix; removed at the end whatever happened."""
     tmp = tmp_path_factory.mktemp("simhosts")
     wheelhouse = os.environ.get("SIM_WHEELHOUSE")
-    stub = not wheelhouse
-    if stub:
+    if not wheelhouse:
         wheelhouse = str(tmp / "wheelhouse")
-        os.mkdir(wheelhouse)
-        build_stub_wheel(Path(wheelhouse))
+        build_simulator_wheel(Path(wheelhouse))
     inventory = tmp / "hosts.yml"
-    started = time.monotonic()
     up = simhosts("up", "--count", str(COUNT), "--prefix", PREFIX, "--profile", "field",
                   "--inventory", str(inventory), "--wheelhouse", wheelhouse)
-    info = {"inventory": inventory, "stub": stub, "up_seconds": time.monotonic() - started, "up": up,
+    info = {"inventory": inventory, "up": up,
             "wheelhouse": wheelhouse}
     try:
         yield info
@@ -178,18 +132,15 @@ def test_simulator_installed_with_profile(sim):
     for host, res in results.items():
         assert res.get("rc") == 0, (host, res)
         assert res["stdout_lines"][0] == "/opt/sglang-sim/bin/sglang-sim-smi", (host, res)
-        if sim["stub"]:
-            assert '"profile": "field"' in res["stdout"] and "stub" in res["stdout"], (host, res)
+        assert "RTX PRO 6000" in res["stdout"], (host, res)
 
 
 def test_rerun_keeps_running_hosts_and_recreates_a_crashed_one(sim):
     before = state_hosts()
     victim = f"{PREFIX}2"
     os.kill(before[victim]["pid"], 9)  # a crash: nspawn gone, its netns, overlay and tree left behind
-    started = time.monotonic()
     up = simhosts("up", "--count", str(COUNT), "--prefix", PREFIX, "--profile", "field",
                   "--inventory", str(sim["inventory"]), "--wheelhouse", sim["wheelhouse"])
-    elapsed = time.monotonic() - started
     after = state_hosts()
     assert f"{victim}: recreating" in up.stderr, up.stderr
     for name in before:
@@ -197,7 +148,6 @@ def test_rerun_keeps_running_hosts_and_recreates_a_crashed_one(sim):
             assert after[name]["pid"] == before[name]["pid"], f"{name} was restarted:\n{up.stderr}"
             assert f"{name}: already up" in up.stderr
     assert after[victim]["pid"] != before[victim]["pid"]
-    assert elapsed < 60, f"re-run took {elapsed:.1f} s:\n{up.stderr}"
     results = ansible(sim["inventory"], "ansible.builtin.ping")
     assert len(results) == COUNT and all(res.get("ping") == "pong" for res in results.values()), results
 
@@ -218,9 +168,7 @@ def _live_processes_mentioning(text: str) -> list[str]:
 def test_down_leaves_nothing_behind(sim):
     hosts = state_hosts()
     assert len(hosts) == COUNT
-    started = time.monotonic()
     simhosts("down", "--prefix", PREFIX, timeout=300)
-    elapsed = time.monotonic() - started
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     mounts = Path("/proc/mounts").read_text(encoding="utf-8")
@@ -234,4 +182,3 @@ def test_down_leaves_nothing_behind(sim):
         assert all(not Path(cg).exists() for cg in host.get("cgroups", [])), host.get("cgroups")
         assert name not in state_hosts()
     assert not sim["inventory"].exists()
-    assert elapsed < 60, f"down took {elapsed:.1f} s"

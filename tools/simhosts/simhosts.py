@@ -422,9 +422,9 @@ def ssh_key() -> Path:
     return key
 
 
-def ssh_cmd(entry: dict, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
+def ssh_cmd(entry: dict, command: str, timeout: float = 30, stdin: str | None = None) -> subprocess.CompletedProcess:
     return run(["ssh", "-i", str(ssh_key()), *SSH_OPTS, f"root@{entry['address']}", command],
-               check=False, timeout=timeout)
+               check=False, timeout=timeout, input=stdin)
 
 
 # --- cgroups: each container in its own, or their systemds trample each other's units ---------------------
@@ -794,6 +794,54 @@ def cmd_ssh(args: argparse.Namespace) -> None:
     os.execvp("ssh", ["ssh", "-i", str(ssh_key()), *SSH_OPTS, f"root@{entry['address']}", *args.command])
 
 
+# Run on the host with `sh -s PROFILE [extra flags]`: the profile's default launch args, as a transient unit.
+SERVE_SCRIPT = """set -eu
+systemctl stop sglang.service 2>/dev/null || true
+systemctl reset-failed sglang.service 2>/dev/null || true
+profile=$1
+shift
+# shellcheck disable=SC2046
+systemd-run --quiet --unit=sglang.service --description="SGLang server (simulated host)" \\
+  /opt/sglang-sim/bin/python -m sglang.launch_server $(/opt/sglang-sim/bin/sglang-sim-profile args "$profile") "$@"
+"""
+
+# Run on the host with `python3 - SECONDS`: wait for a real generation, not only /health.
+READY_PROBE = """import subprocess, sys, time, urllib.request
+deadline = time.time() + float(sys.argv[1])
+while time.time() < deadline:
+    try:
+        urllib.request.urlopen("http://127.0.0.1:30000/health_generate", timeout=5)
+        sys.exit(0)
+    except Exception:
+        if subprocess.run(["systemctl", "is-active", "--quiet", "sglang.service"]).returncode != 0:
+            sys.exit(2)  # the server exited: no point waiting
+        time.sleep(0.5)
+sys.exit(1)
+"""
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    """Start the profile's default SGLang server as a transient sglang.service (the host's "existing" server)."""
+    state = State()
+    names = args.hosts or host_names(state, args.prefix)
+    if not names:
+        raise SimError(f"no simulated hosts with prefix {args.prefix!r}: run `up` first")
+    extra = f" --mem-fraction-static {args.mem_fraction_static}" if args.mem_fraction_static else ""
+    for name in names:
+        entry = state.hosts.get(name)
+        if not entry or not entry.get("profile"):
+            raise SimError(f"{name}: not a simulated host with a profile")
+        started = ssh_cmd(entry, f"sh -s {entry['profile']}{extra}", stdin=SERVE_SCRIPT)
+        if started.returncode != 0:
+            raise SimError(f"{name}: could not start sglang.service: {started.stdout.strip()}")
+        ready = ssh_cmd(entry, f"python3 - {args.timeout}", stdin=READY_PROBE, timeout=args.timeout + 30)
+        if ready.returncode != 0:
+            journal = ssh_cmd(entry, "journalctl -u sglang.service -n 30 --no-pager -o cat").stdout
+            why = "exited" if ready.returncode == 2 else f"not ready within {args.timeout:.0f} s"
+            raise SimError(f"{name}: sglang.service {why}; last lines:\n{journal}")
+        log(f"{name}: sglang.service ready ({entry['profile']}{extra})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="simhosts", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -812,6 +860,12 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--purge", action="store_true", help="also remove the ssh key, state and rootfs cache")
     down.set_defaults(func=cmd_down)
     sub.add_parser("status", help="list the hosts").set_defaults(func=cmd_status)
+    serve = sub.add_parser("serve", help="start the profile's default SGLang server as sglang.service and wait for it")
+    serve.add_argument("hosts", nargs="*", help="host names (default: every host of the prefix)")
+    serve.add_argument("--prefix", default=os.environ.get("SIM_PREFIX", DEFAULT_PREFIX))
+    serve.add_argument("--mem-fraction-static", type=float, help="override the profile's value")
+    serve.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a real generation")
+    serve.set_defaults(func=cmd_serve)
     ssh = sub.add_parser("ssh", help="ssh into a host as root")
     ssh.add_argument("host")
     ssh.add_argument("command", nargs=argparse.REMAINDER)

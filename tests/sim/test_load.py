@@ -1,0 +1,106 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Under load: the KV pool fills, activations grow, too high a --mem-fraction-static dies; the oracle agrees."""
+from __future__ import annotations
+
+import time
+
+import simlib
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
+
+# The field pool holds ~159k tokens: 24 prompts of 9,000 tokens (each one more than a prefill chunk) fill it, and the
+# rest wait in the queue until running requests finish.
+STRESS = {"count": 24, "input_len": 9000, "max_new_tokens": 32}
+
+
+def _stress(server):
+    return simlib.flood(server.url, timeout=60, **STRESS)
+
+
+def test_idle_healthy_but_dies_under_a_kv_filling_load(make_sim):
+    """At 0.95 the field host starts with ~0.5 GiB free: /health_generate passes, the first full prefill chunk
+    (8,192 tokens of activations, ~3.1 GiB) does not fit."""
+    server = make_sim("field").start(simlib.launch_args("field", mem_fraction_static=0.95))
+    assert server.wait_ready(), server.log
+    assert simlib.request(server.url + "/health_generate")[0] == 200
+    statuses = _stress(server)
+    assert server.wait_exit(30) not in (None, 0)
+    assert 200 not in statuses
+    log = server.log
+    assert "Scheduler hit an exception: Traceback (most recent call last):" in log
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in log
+    facts = parse_startup_log(log)
+    assert facts["ready"] and facts["failure"]["kind"] == "runtime_oom"
+
+
+def test_memory_used_rises_under_load_and_stays_cached(make_sim):
+    sim = make_sim("field")
+    server = sim.start(simlib.launch_args("field"))
+    assert server.wait_ready(), server.log
+    idle = probe_nvidia_smi(sim.smi_runner())["gpus"]
+    statuses = _stress(server)
+    assert statuses == [200] * STRESS["count"]
+    time.sleep(0.3)                       # the state file is written within 0.1 s
+    loaded = probe_nvidia_smi(sim.smi_runner())["gpus"]
+    for before, after in zip(idle, loaded):
+        grown = after["memory_used_bytes"] - before["memory_used_bytes"]
+        assert 2.9 * simlib.GIB < grown < 3.4 * simlib.GIB    # one 8,192-token chunk of activations, cached
+    assert server.proc.poll() is None
+
+
+def test_the_oracle_maximum_survives_and_one_percent_more_does_not(make_sim):
+    sim = make_sim("field")
+    verdict = simlib.oracle(sim, simlib.launch_args("field", mem_fraction_static=0.88), 0)
+    best = verdict["max_mem_fraction_static"]
+    assert 0.9 < best < 0.94 and verdict["min_mem_fraction_static"] == 0.77
+    assert verdict["given"]["starts"] and verdict["given"]["kv_tokens"] > 159000
+    survivor = sim.start(simlib.launch_args("field", mem_fraction_static=best))
+    assert survivor.wait_ready(), survivor.log
+    assert parse_startup_log(survivor.log)["kv_tokens"] == verdict["max_kv_tokens"]
+    assert _stress(survivor) == [200] * STRESS["count"]
+    assert survivor.proc.poll() is None
+    victim = sim.start(simlib.launch_args("field", mem_fraction_static=round(best + 0.01, 3)))
+    assert victim.wait_ready(), victim.log
+    _stress(victim)
+    assert victim.wait_exit(30) not in (None, 0)
+    assert parse_startup_log(victim.log)["failure"]["kind"] == "runtime_oom"
+
+
+def test_the_oracle_margin_grows_with_the_safety(make_sim):
+    sim = make_sim("field")
+    args = simlib.launch_args("field")
+    maxima = [simlib.oracle(sim, args, safety)["max_mem_fraction_static"] for safety in (0, 1, 2)]
+    assert maxima[0] > maxima[1] > maxima[2] > 0.88
+    assert 0.90 <= maxima[1] <= 0.93
+
+
+def test_requests_wait_for_room_in_the_pool(make_sim):
+    """A pool of 16,384 tokens (--max-total-tokens) runs at most one 9,000-token request at a time."""
+    server = make_sim("single-gpu").start(simlib.launch_args("single-gpu", max_total_tokens=16384))
+    assert server.wait_ready(), server.log
+    assert "max_total_num_tokens=16384" in server.log
+    statuses = simlib.flood(server.url, 3, 9000, 16, timeout=60)
+    assert statuses == [200, 200, 200]
+    assert "#queue-req: 2," in server.log or "#queue-req: 1," in server.log
+    status, body = simlib.request(server.url + "/generate", {"input_ids": [1] * 20000})
+    assert status == 400 and "exceeds the maximum allowed length" in body["error"]["message"]
+
+
+def test_crash_after_requests_fault(make_sim):
+    server = make_sim("single-gpu", faults={"crash_after_requests": 2}).start(simlib.launch_args("single-gpu"))
+    assert server.wait_ready(), server.log
+    for _attempt in range(2):
+        simlib.request(server.url + "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 4}},
+                       timeout=10)
+    assert server.wait_exit(15) not in (None, 0)
+    assert "CUDA error: an illegal memory access was encountered" in server.log
+
+
+def test_hang_at_startup_fault(make_sim):
+    server = make_sim("single-gpu", faults={"hang_at_startup": True}).start(simlib.launch_args("single-gpu"))
+    assert not server.wait_ready(3)
+    assert server.proc.poll() is None
+    assert "Load weight begin." in server.log and "Load weight end." not in server.log

@@ -1,0 +1,106 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The live state of the simulated GPUs: what the running server holds on each GPU, for ``nvidia-smi``.
+
+The server rewrites one small JSON file (``/run/sglang-sim/gpus.json``, or $SGLANG_SIM_STATE) whenever its memory
+changes (at most ten times a second) and removes it on exit. Readers ignore a file whose process is gone, so a
+server killed with SIGKILL leaves the GPUs free, as a dead process does on a real GPU.
+
+File: ``{"pid": 1234, "gpus": {"0": {"used_bytes": 123, "process_name": "sglang::scheduler_TP0"}, ...}}``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists (zombies, which hold no GPU memory, count as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open("/proc/%d/stat" % pid, encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def read_state(path: str) -> dict:
+    """``{gpu index: {"used_bytes", "process_name", "pid"}}`` of a live server, or {} (no file, dead pid)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        pid = int(data["pid"])
+        gpus = data["gpus"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if not pid_alive(pid):
+        return {}
+    return {int(index): dict(entry, pid=pid) for index, entry in gpus.items()}
+
+
+class StateWriter:
+    """Keeps the state file in step with the server's per-GPU memory, from a background thread."""
+
+    def __init__(self, path: str, names: dict):
+        self.path = path
+        self.names = names          # gpu index -> process name (setproctitle of the scheduler)
+        self.used = {}              # gpu index -> bytes
+        self.lock = threading.Lock()
+        self.write_lock = threading.Lock()   # a flush and the final removal never interleave
+        self.dirty = threading.Event()
+        self.stopped = False
+        self.warned = False
+        self.thread = threading.Thread(target=self._run, name="gpu-state", daemon=True)
+        self.thread.start()
+
+    def set(self, used: dict):
+        """Replace the per-GPU bytes; written within 0.1 s."""
+        with self.lock:
+            self.used = dict(used)
+        self.dirty.set()
+
+    def _run(self):
+        while not self.stopped:
+            self.dirty.wait()
+            self.dirty.clear()
+            self.flush()
+            time.sleep(0.1)
+
+    def flush(self):
+        """Write the file now (atomically: a reader never sees half of it)."""
+        with self.lock:
+            gpus = {str(index): {"used_bytes": used, "process_name": self.names.get(index, "python3")}
+                    for index, used in self.used.items()}
+        data = {"pid": os.getpid(), "updated": time.time(), "gpus": gpus}
+        temporary = "%s.%d.tmp" % (self.path, os.getpid())
+        with self.write_lock:
+            if self.stopped:
+                return
+            try:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                with open(temporary, "w", encoding="utf-8") as handle:
+                    json.dump(data, handle)
+                os.replace(temporary, self.path)
+            except OSError as exc:
+                if not self.warned:
+                    self.warned = True
+                    print("sglang-sim: cannot write the GPU state file %s: %s" % (self.path, exc), flush=True)
+
+    def clear(self):
+        """Stop writing and remove the file (the GPUs are free again)."""
+        with self.write_lock:
+            self.stopped = True
+            for path in (self.path, "%s.%d.tmp" % (self.path, os.getpid())):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        self.dirty.set()

@@ -1,0 +1,177 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The simulated hardware: a host.json file describes the GPUs, the software versions and the faults.
+
+The GPUs are a property of the host, not of the server process: the server and ``sglang-sim-smi`` (installed as
+``nvidia-smi``) read the same file, so both agree on what the GPUs are. The file is ``/etc/sglang-sim/host.json``
+unless the environment variable ``SGLANG_SIM_HOST`` names another one. See the package README for the schema.
+
+Memory of GPU ``i`` as nvidia-smi sees it: ``total = reserved + used + free`` (MiB). ``reserved`` is the driver's
+and firmware's; ``used`` is what processes hold: another process's ``gpu_occupied_mib`` fault, and the simulated
+server's CUDA context, NCCL buffers, a small per-GPU difference (``noise_mib``, deterministic per index),
+weights, KV pool, CUDA graphs and cached activations.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+HOST_ENV = "SGLANG_SIM_HOST"
+DEFAULT_HOST_PATH = "/etc/sglang-sim/host.json"
+STATE_ENV = "SGLANG_SIM_STATE"
+DEFAULT_STATE_PATH = "/run/sglang-sim/gpus.json"
+
+MIB = 2 ** 20
+GIB = 2 ** 30
+
+LOG_FORMATS = ("classic", "current")
+TIME_SCALES = ("fast", "realistic")
+
+# Defaults of the memory behaviour: what SGLang allocates besides weights and KV, and what a batch needs.
+DEFAULT_MEMORY = {
+    # PyTorch's activations for one prefill token (hidden states, MoE/MLP intermediates, attention workspace).
+    "activation_bytes_per_prefill_token": 262144,
+    # Activations per token of a decode batch that runs eagerly (larger than the captured CUDA graphs).
+    "activation_bytes_per_decode_token": 65536,
+    # cuBLAS/attention-backend workspaces allocated after the KV pool, before graph capture.
+    "workspace_mib": 64,
+    # CUDA-graph memory pool: a base plus a share per captured token (batch size x tokens per request).
+    "graph_mib_base": 32,
+    "graph_kib_per_token": 64,
+    # EAGLE draft: decode and extend graphs (one draft layer, small).
+    "draft_graph_mib": 40,
+    # The caching allocator keeps freed activation blocks and rounds up: reserved = activations * (1 + this).
+    "allocator_fragmentation": 0.05,
+}
+
+DEFAULT_FAULTS = {"hang_at_startup": False, "crash_after_requests": None, "slow_start_s": 0,
+                  "gpu_occupied_mib": {}}
+
+# PCI bus ids of a typical 8-GPU server (HGX board), in index order.
+_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+
+
+class SimConfigError(ValueError):
+    """host.json, a model directory or a profile is missing or invalid; the message names the file and the field."""
+
+
+def host_path() -> str:
+    """The host.json in use: $SGLANG_SIM_HOST, else /etc/sglang-sim/host.json."""
+    return os.environ.get(HOST_ENV) or DEFAULT_HOST_PATH
+
+
+def state_path() -> str:
+    """The live GPU state file: $SGLANG_SIM_STATE, else /run/sglang-sim/gpus.json."""
+    return os.environ.get(STATE_ENV) or DEFAULT_STATE_PATH
+
+
+def _number(data, key, where, minimum=0, integer=False):
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        raise SimConfigError("%s: %s must be a number >= %s, got %r" % (where, key, minimum, value))
+    if integer and int(value) != value:
+        raise SimConfigError("%s: %s must be an integer, got %r" % (where, key, value))
+    return int(value) if integer else float(value)
+
+
+class Host:
+    """One simulated host, read from a host.json dict. Attributes mirror the JSON keys."""
+
+    def __init__(self, data: dict, path: str = "<dict>"):
+        if not isinstance(data, dict):
+            raise SimConfigError("%s: not a JSON object" % path)
+        self.path = path
+        gpu = data.get("gpu")
+        if not isinstance(gpu, dict):
+            raise SimConfigError("%s: 'gpu' must be an object with name, count and memory_total_mib" % path)
+        where = path + " gpu"
+        for key in ("name", "count", "memory_total_mib"):
+            if key not in gpu:
+                raise SimConfigError("%s: missing gpu.%s" % (path, key))
+        self.name = str(data.get("name", "sim"))
+        self.gpu_name = str(gpu["name"])
+        self.gpu_count = _number(gpu, "count", where, 1, integer=True)
+        self.memory_total_mib = _number(gpu, "memory_total_mib", where, 1, integer=True)
+        self.memory_reserved_mib = _number(dict(gpu, memory_reserved_mib=gpu.get("memory_reserved_mib", 0)),
+                                           "memory_reserved_mib", where, 0, integer=True)
+        self.power_limit_w = int(gpu.get("power_limit_w", 700))
+        self.bus_ids = list(gpu.get("pci_bus_ids") or [])
+        defaults = {"cuda_context_mib": 500, "nccl_mib": 0, "noise_mib": 0, "weight_load_gb_per_s": 1.0}
+        values = dict(defaults, **{k: data[k] for k in defaults if k in data})
+        self.cuda_context_mib = _number(values, "cuda_context_mib", path, 0, integer=True)
+        self.nccl_mib = _number(values, "nccl_mib", path, 0, integer=True)
+        self.noise_mib = _number(values, "noise_mib", path, 0, integer=True)
+        self.weight_load_gb_per_s = _number(values, "weight_load_gb_per_s", path, 0.001)
+        self.driver_version = str(data.get("driver_version", "580.95.05"))
+        self.cuda_version = str(data.get("cuda_version", "13.0"))
+        self.sglang_version = str(data.get("sglang_version", "0.5.9"))
+        self.log_format = data.get("log_format", "classic")
+        if self.log_format not in LOG_FORMATS:
+            raise SimConfigError("%s: log_format must be one of %s, got %r" % (path, LOG_FORMATS, self.log_format))
+        self.time_scale = data.get("time_scale", "fast")
+        if self.time_scale not in TIME_SCALES:
+            raise SimConfigError("%s: time_scale must be one of %s, got %r" % (path, TIME_SCALES, self.time_scale))
+        memory = data.get("memory") or {}
+        unknown = sorted(set(memory) - set(DEFAULT_MEMORY))
+        if unknown:
+            raise SimConfigError("%s: unknown memory keys %s (known: %s)" % (path, unknown, sorted(DEFAULT_MEMORY)))
+        merged = dict(DEFAULT_MEMORY, **memory)
+        self.memory = {key: _number(merged, key, path + " memory") for key in DEFAULT_MEMORY}
+        faults = data.get("faults") or {}
+        unknown = sorted(set(faults) - set(DEFAULT_FAULTS))
+        if unknown:
+            raise SimConfigError("%s: unknown faults %s (known: %s)" % (path, unknown, sorted(DEFAULT_FAULTS)))
+        self.faults = dict(DEFAULT_FAULTS, **faults)
+        self.occupied_mib = {}
+        for index, mib in (self.faults.get("gpu_occupied_mib") or {}).items():
+            if not str(index).isdigit() or int(index) >= self.gpu_count:
+                raise SimConfigError("%s: faults.gpu_occupied_mib names GPU %r, the host has GPUs 0-%d"
+                                     % (path, index, self.gpu_count - 1))
+            self.occupied_mib[int(index)] = _number({"mib": mib}, "mib", path + " faults.gpu_occupied_mib", 0,
+                                                    integer=True)
+        self.default_launch_args = list(data.get("default_launch_args") or [])
+
+    # -- per GPU ---------------------------------------------------------------------------------------------
+
+    def noise_of(self, index: int) -> int:
+        """MiB this GPU's CUDA context takes beyond the others: 0..noise_mib, fixed per host name and index."""
+        if not self.noise_mib:
+            return 0
+        digest = hashlib.sha256(("%s:%d" % (self.name, index)).encode()).digest()
+        return digest[0] % (self.noise_mib + 1)
+
+    def free_idle_mib(self, index: int) -> int:
+        """Free MiB of GPU ``index`` with no simulated server on it (another process's memory counted)."""
+        return self.memory_total_mib - self.memory_reserved_mib - self.occupied_mib.get(index, 0)
+
+    def uuid(self, index: int) -> str:
+        """A stable GPU UUID in NVIDIA's format, derived from the host name and the index."""
+        text = hashlib.sha256(("uuid:%s:%d" % (self.name, index)).encode()).hexdigest()
+        return "GPU-%s-%s-%s-%s-%s" % (text[:8], text[8:12], text[12:16], text[16:20], text[20:32])
+
+    def bus_id(self, index: int) -> str:
+        """PCI bus id as nvidia-smi prints it (00000000:18:00.0)."""
+        if index < len(self.bus_ids):
+            return self.bus_ids[index]
+        base = _BUS_IDS[index] if index < len(_BUS_IDS) else "%02X" % (0xE0 + index)
+        return "00000000:%s:00.0" % base
+
+    def seconds(self, realistic: float, fast: float) -> float:
+        """How long a startup phase or a batch takes on this host's time scale."""
+        return realistic if self.time_scale == "realistic" else fast
+
+
+def load_host(path: str | None = None) -> Host:
+    """Read and validate a host.json (default: :func:`host_path`)."""
+    path = path or host_path()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise SimConfigError("cannot read the simulated host file %s (set %s to another one): %s"
+                             % (path, HOST_ENV, exc.strerror or exc))
+    except ValueError as exc:
+        raise SimConfigError("%s is not valid JSON: %s" % (path, exc))
+    return Host(data, path)

@@ -1,0 +1,398 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""SGLang's GPU memory arithmetic, startup to serving: the one function the server, the oracle and the tests share.
+
+Re-derived from SGLang's code (``model_runner.py`` / ``model_runner_kv_cache_mixin.py`` /
+``kv_cache_configurator.py`` in 0.5.5.post3, 0.5.9 and 0.5.23), not from the collection. Per GPU (rank), in the
+order SGLang allocates:
+
+1. CUDA context, then distributed init (NCCL): what is left is the rank's free memory before weights, ``P_i``.
+   P = MIN over ranks (``get_available_gpu_memory(distributed=True)``). A rank with more than P / 0.9 free raises
+   "The memory capacity is unbalanced" (TP > 1).
+2. Weights ``W`` (model.py's rule); ``A_i = P_i - W``; A = MIN over ranks. From 0.5.14 ("current") the EAGLE
+   draft's weights load here too, so A counts them.
+3. Budget ``A - P * (1 - f)`` (current: minus 100 MiB for multimodal models from 0.5.18); tokens =
+   ``int(budget * 2**30) // cell``; request slots R = ``min(max(int(tokens / context_len * 512), 2048), 4096)``
+   unless --max-running-requests; classic (< 0.5.7) EAGLE adds ``R*steps*topk + R*draft_tokens + 100`` tokens;
+   --max-total-tokens caps (with SGLang's warning); page rounding; tokens <= 0 fails ("Not enough memory" /
+   current's ValueError when the budget is <= 0).
+4. ``req_to_token`` (``R * (context_len + 4 + draft_tokens) * 4`` bytes), the KV pool (``(tokens + page) * cell``),
+   attention/cuBLAS workspaces, CUDA graphs (unless disabled; capture fails when they do not fit).
+5. Classic/mixin EAGLE: the draft model after the target's graphs: weights, its own KV pool of the same token count
+   (draft cell from its config) and its graphs. Current: only the draft graphs (its KV is inside the cell).
+
+What is free then is each rank's headroom. Under load a batch needs activations (host.json ``memory``): prefill
+tokens x bytes per prefill token, plus, for a decode batch larger than the captured graphs (or with graphs
+disabled), tokens x bytes per decode token; the caching allocator keeps them (times 1 + fragmentation). A batch
+whose activations do not fit in a rank's headroom is a CUDA out-of-memory error: the server dies. The stress load
+(what the oracle assumes) is the largest prefill chunk and the largest decode batch the server admits.
+
+Units: bytes (int) inside, GiB = bytes / 2**30 (SGLang prints it as "GB") at the edges.
+"""
+from __future__ import annotations
+
+from sglang_sim.hostspec import GIB, MIB
+
+ERA_CLASSIC, ERA_MIXIN, ERA_CURRENT = "classic", "mixin", "current"
+SPEC_WITH_DRAFT = ("EAGLE", "EAGLE3", "STANDALONE")
+
+# --kv-cache-dtype -> (torch dtype SGLang logs, bytes per element)
+_KV_DTYPES = {
+    "bfloat16": ("torch.bfloat16", 2), "bf16": ("torch.bfloat16", 2), "float16": ("torch.float16", 2),
+    "fp8_e4m3": ("torch.float8_e4m3fn", 1), "fp8_e5m2": ("torch.float8_e5m2", 1),
+    "fp4_e2m1": ("torch.float4_e2m1fn_x2", 1),
+}
+
+
+def version_tuple(version: str) -> tuple:
+    """(major, minor, micro) of an SGLang version string: "0.5.5.post3" -> (0, 5, 5)."""
+    parts = []
+    for piece in str(version).lstrip("v").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def era(version: str) -> str:
+    """classic (< 0.5.7), mixin (0.5.7 - 0.5.13) or current (>= 0.5.14): where SGLang's KV arithmetic changed."""
+    release = version_tuple(version)
+    if release < (0, 5, 7):
+        return ERA_CLASSIC
+    if release < (0, 5, 14):
+        return ERA_MIXIN
+    return ERA_CURRENT
+
+
+def gib(value: float) -> float:
+    """Bytes to GiB."""
+    return value / GIB
+
+
+class StartupFailure(Exception):
+    """SGLang would stop here. ``kind`` names the failure (init_oom, pool_too_small, capture_oom, oom, unbalanced,
+    crash),
+    ``stage`` the allocation step, ``rank`` the rank index that fails first and ``detail`` the numbers the log
+    message needs."""
+
+    def __init__(self, kind: str, stage: str, rank: int, detail: dict):
+        super().__init__("%s at %s on rank %d" % (kind, stage, rank))
+        self.kind = kind
+        self.stage = stage
+        self.rank = rank
+        self.detail = detail
+
+
+class Rank:
+    """One GPU of the server: its index, log tag, and free memory after each startup step."""
+
+    def __init__(self, number: int, gpu: int, tag: str, dp_rank: int):
+        self.number = number
+        self.gpu = gpu
+        self.tag = tag
+        self.dp_rank = dp_rank
+        self.free = 0          # bytes free on the GPU now (as torch.cuda.mem_get_info reports it)
+        self.used = 0          # bytes the server holds on this GPU
+        self.steps = []        # (step name, bytes allocated, free before, free after)
+
+    def allocate(self, step: str, size: int, capacity: int):
+        """Take ``size`` bytes or raise StartupFailure('oom') when they do not fit."""
+        if size > self.free:
+            raise StartupFailure("oom", step, self.number, {"tried": size, "free": self.free,
+                                                            "capacity": capacity, "used": self.used})
+        before = self.free
+        self.free -= size
+        self.used += size
+        self.steps.append((step, size, before, self.free))
+
+
+class Replica:
+    """One group of ranks that sizes its KV pool together (one world group): P, A, budget and tokens.
+
+    ``--dp N`` without DP attention starts N independent replicas; with DP attention all ranks form one group,
+    whose N attention-DP schedulers each get a pool of the same size.
+    """
+
+    def __init__(self, ranks: list, schedulers: list):
+        self.ranks = ranks
+        self.schedulers = schedulers   # DP ranks whose scheduler owns a pool sized by this replica
+        self.p = self.a = None
+        self.tokens = 0
+        self.req_slots = 0
+        self.max_running_requests = 0
+        self.max_req_input_len = 0
+        self.captured_bs = []          # decode batch sizes with a CUDA graph
+        self.graph_max_bs = 0
+
+    def min_headroom(self) -> int:
+        """The smallest free memory over this replica's ranks."""
+        return min(rank.free for rank in self.ranks)
+
+
+def layout(args) -> list:
+    """The replicas of a server, their ranks mapped to GPUs and tagged as SGLang's scheduler prefix does."""
+    dp_attention = bool(args.enable_dp_attention)
+    attn_tp = args.tp_size // args.dp_size if dp_attention else args.tp_size
+    replicas = []
+    number = 0
+    for replica in range(1 if dp_attention else args.dp_size):
+        ranks = []
+        for pp_rank in range(args.pp_size):
+            for tp_rank in range(args.tp_size):
+                dp_rank = tp_rank // attn_tp if dp_attention else replica
+                tag = []
+                if args.dp_size > 1:
+                    tag.append("DP%d" % dp_rank)
+                if args.pp_size > 1:
+                    tag.append("PP%d" % pp_rank)
+                if args.tp_size > 1:
+                    tag.append("TP%d" % tp_rank)
+                if args.ep_size > 1:
+                    tag.append("EP%d" % (tp_rank % args.ep_size))
+                gpu = args.base_gpu_id + number * args.gpu_id_step
+                ranks.append(Rank(number, gpu, " ".join(tag), dp_rank))
+                number += 1
+        schedulers = list(range(args.dp_size)) if dp_attention else [replica]
+        replicas.append(Replica(ranks, schedulers))
+    return replicas
+
+
+def kv_dtype(args, model) -> tuple:
+    """(torch dtype name, element bytes) of the KV cache: auto = the model dtype, or fp8_e4m3 when the
+    checkpoint's quantization config says kv_cache_quant_algo FP8."""
+    name = args.kv_cache_dtype
+    if name == "auto":
+        name = "fp8_e4m3" if model.kv_cache_quant_algo == "FP8" else model.dtype
+    return _KV_DTYPES[name]
+
+
+def cell_bytes(model, layers: int, attn_tp: int, elem: int, kv_era: str, fp4: bool = False) -> int:
+    """Bytes one token takes in one rank's KV pool (profile_max_num_token / get_cell_size_per_token).
+
+    MLA: (kv_lora_rank + qk_rope_head_dim) * layers * elem, not divided by TP (the latent is replicated), plus
+    DeepSeek-V3.2's indexer. MHA/GQA: max(1, kv_heads // attn_tp) * (head_dim + v_head_dim) * layers * elem
+    (classic: head_dim * 2). FP4: half, plus one scale byte per 16 elements.
+    """
+    if model.attention == "mla":
+        width = int(model.kv_lora_rank) + model.qk_rope_head_dim
+        cell = width * layers * elem
+        if fp4:
+            cell = cell // 2 + (width // 16) * layers * elem
+        if model.index_head_dim:
+            index = int(model.index_head_dim)
+            cell += (index + index // 128 * 4) * layers
+        return cell
+    heads = max(1, model.num_kv_heads // attn_tp)
+    width = model.head_dim * 2 if kv_era == ERA_CLASSIC else model.head_dim + model.v_head_dim
+    cell = heads * width * layers * elem
+    if fp4:
+        cell = cell // 2 + (heads * model.head_dim * layers * 2 * elem) // 16
+    return cell
+
+
+def draft_layers(draft) -> int:
+    """Layers of the draft's KV: num_nextn_predict_layers (MTP) when the config has it, else num_hidden_layers."""
+    if draft.num_nextn_predict_layers:
+        return int(draft.num_nextn_predict_layers)
+    return draft.num_layers
+
+
+class Server:
+    """The memory picture of one server: inputs, the startup outcome per rank, and the serving headroom.
+
+    Build it with :func:`plan`. ``failure`` is None when SGLang would start; otherwise a StartupFailure and the
+    ranks' ``steps`` stop where SGLang stops.
+    """
+
+    def __init__(self, host, model, draft, args):
+        self.host = host
+        self.model = model
+        self.draft = draft
+        self.args = args
+        self.era = era(host.sglang_version)
+        self.replicas = layout(args)
+        self.ranks = [rank for replica in self.replicas for rank in replica.ranks]
+        self.attn_tp = args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size
+        self.kv_dtype_name, self.kv_elem = kv_dtype(args, model)
+        self.capacity = (host.memory_total_mib - host.memory_reserved_mib) * MIB
+        self.failure = None
+        self.warnings = []
+        self.weight_bytes = model.weight_bytes_per_rank(args.tp_size, args.pp_size)
+        self.draft_weight_bytes = draft.weight_bytes_per_rank(args.tp_size) if draft else 0
+        self.layers = max(model.layers_per_stage(args.pp_size))
+        self.cell = cell_bytes(model, self.layers, self.attn_tp, self.kv_elem, self.era,
+                               args.kv_cache_dtype == "fp4_e2m1")
+        self.draft_cell = 0
+        if draft is not None:
+            d_layers = draft_layers(draft)
+            if self.era == ERA_CURRENT:
+                # kv_cache_configurator: the EAGLE draft's layers ride in the target's cell.
+                self.cell += int(self.cell * d_layers / self.layers)
+            else:
+                self.draft_cell = cell_bytes(draft, d_layers, self.attn_tp, self.kv_elem, self.era)
+        self.draft_graph_bytes = int(host.memory["draft_graph_mib"] * MIB) if draft is not None else 0
+        self.workspace_bytes = int(host.memory["workspace_mib"] * MIB)
+
+    # -- startup ---------------------------------------------------------------------------------------------
+
+    def tokens_per_request(self) -> int:
+        """Tokens a decode step runs per request: 1, or the verified draft tokens with speculative decoding."""
+        return self.args.speculative_num_draft_tokens if self.args.speculative_algorithm else 1
+
+    def graph_bytes(self, replica) -> int:
+        """The decode CUDA graphs' memory pool: a base plus a share per captured token."""
+        if not replica.graph_max_bs:
+            return 0
+        memory = self.host.memory
+        return int(memory["graph_mib_base"] * MIB) + int(
+            memory["graph_kib_per_token"] * 1024 * replica.graph_max_bs * self.tokens_per_request())
+
+    def _profile(self, replica):
+        """Step 3 for one replica: budget, tokens, request slots (raises StartupFailure('init_oom'))."""
+        args, model = self.args, self.model
+        f = args.mem_fraction_static
+        mm = 100 * MIB if (self.era == ERA_CURRENT and model.is_multimodal
+                           and version_tuple(self.host.sglang_version) >= (0, 5, 18)) else 0
+        budget = gib(replica.a) - gib(replica.p) * (1 - f) - gib(mm)
+        if self.era == ERA_CURRENT and budget <= 0:
+            raise StartupFailure("init_oom", "profile", replica.ranks[0].number,
+                                 {"minimum": 1 - gib(replica.a) / gib(replica.p)})
+        tokens = int(budget * GIB) // self.cell
+        dp_div = args.dp_size if args.enable_dp_attention else 1
+        if args.max_running_requests is None:
+            slots = min(max(int(tokens / args.context_len * 512), 2048), 4096)
+        else:
+            slots = args.max_running_requests // dp_div
+        if self.era == ERA_CLASSIC and args.speculative_algorithm in SPEC_WITH_DRAFT:
+            tokens += (slots * args.speculative_num_steps * args.speculative_eagle_topk
+                       + slots * args.speculative_num_draft_tokens + 100)
+        if args.max_total_tokens is not None:
+            if args.max_total_tokens > tokens:
+                self.warnings.append((replica, "max_total_tokens=%d is larger than the profiled value %d. "
+                                      "Use the profiled value instead." % (args.max_total_tokens, tokens)))
+            tokens = min(tokens, args.max_total_tokens)
+        tokens = tokens // args.page_size * args.page_size
+        if tokens <= 0:
+            raise StartupFailure("init_oom", "profile", replica.ranks[0].number, {"tokens": tokens})
+        replica.tokens = tokens
+        replica.req_slots = slots
+        wanted = tokens // 2 if args.max_running_requests is None else args.max_running_requests // dp_div
+        replica.max_running_requests = min(wanted, slots)
+        replica.max_req_input_len = min(args.context_len - 1, tokens - 1) - 5
+        if replica.max_req_input_len <= 0:
+            raise StartupFailure("pool_too_small", "profile", replica.ranks[0].number, {})
+        if not args.disable_cuda_graph and args.cuda_graph_bs:
+            # get_batch_sizes_to_capture: sizes above the request slots are dropped, the slot count added.
+            sizes = set(args.cuda_graph_bs)
+            if max(sizes) > slots:
+                sizes.add(slots)
+            replica.captured_bs = sorted(size for size in sizes if size <= slots)
+            replica.graph_max_bs = max(replica.captured_bs)
+
+    def req_to_token_bytes(self, replica) -> int:
+        """ReqToTokenPool: R rows of (context_len + 4 [+ draft tokens]) int32."""
+        extra = 4 + (self.args.speculative_num_draft_tokens or 0)
+        return replica.req_slots * (self.args.context_len + extra) * 4
+
+    def kv_bytes(self, replica) -> int:
+        """The target's KV pool on one rank: (tokens + page_size) rows of the cell."""
+        return (replica.tokens + self.args.page_size) * self.cell
+
+    def draft_kv_bytes(self, replica) -> int:
+        """The classic/mixin draft's own KV pool (same token count, its own cell)."""
+        return (replica.tokens + self.args.page_size) * self.draft_cell if self.draft_cell else 0
+
+    def run_startup(self):
+        """Walk the startup; sets P, A, tokens and every rank's steps, or ``failure``."""
+        try:
+            self._startup()
+        except StartupFailure as failure:
+            self.failure = failure
+
+    def _each(self, step, size_of, kind="oom"):
+        """Allocate one step on every rank, replica by replica; ``size_of(replica)`` gives the bytes."""
+        for replica in self.replicas:
+            size = size_of(replica)
+            for rank in replica.ranks:
+                try:
+                    rank.allocate(step, size, self.capacity)
+                except StartupFailure as failure:
+                    raise StartupFailure(kind, step, rank.number, failure.detail)
+
+    def _startup(self):
+        host = self.host
+        for rank in self.ranks:
+            if rank.gpu >= host.gpu_count:
+                raise StartupFailure("crash", "init", rank.number, {"error": "invalid device ordinal"})
+            rank.free = host.free_idle_mib(rank.gpu) * MIB
+        for rank in self.ranks:
+            rank.allocate("context", (host.cuda_context_mib + host.noise_of(rank.gpu)) * MIB, self.capacity)
+        self._each("init", lambda replica: host.nccl_mib * MIB)
+        for replica in self.replicas:
+            replica.p = min(rank.free for rank in replica.ranks)
+            if self.args.tp_size > 1:
+                for rank in replica.ranks:
+                    if replica.p < rank.free * 0.9:
+                        raise StartupFailure("unbalanced", "init", rank.number, {"min": replica.p, "local": rank.free})
+        self._each("weights", lambda replica: self.weight_bytes)
+        if self.draft is not None and self.era == ERA_CURRENT:
+            self._each("draft_weights", lambda replica: self.draft_weight_bytes)
+        for replica in self.replicas:
+            replica.a = min(rank.free for rank in replica.ranks)
+            self._profile(replica)
+        self._each("req_to_token", self.req_to_token_bytes)
+        self._each("kv", self.kv_bytes)
+        self._each("workspace", lambda replica: self.workspace_bytes)
+        self._each("graph", self.graph_bytes, "capture_oom")
+        if self.draft is not None and self.era != ERA_CURRENT:
+            self._each("draft_weights", lambda replica: self.draft_weight_bytes)
+            self._each("draft_kv", self.draft_kv_bytes)
+        if self.draft is not None and not self.args.disable_cuda_graph:
+            self._each("draft_graph", lambda replica: self.draft_graph_bytes, "capture_oom")
+
+    # -- serving ---------------------------------------------------------------------------------------------
+
+    def min_headroom(self) -> int:
+        """The smallest free memory over all ranks once started (what activations may take)."""
+        return min(rank.free for rank in self.ranks)
+
+    def activation_bytes(self, replica, prefill_tokens: int, decode_requests: int) -> int:
+        """Bytes the caching allocator holds for one batch: prefill tokens, plus decode tokens when the decode
+        batch runs eagerly (larger than the largest captured graph, or graphs disabled); times 1 + fragmentation."""
+        memory = self.host.memory
+        eager = decode_requests if decode_requests > replica.graph_max_bs else 0
+        raw = (prefill_tokens * memory["activation_bytes_per_prefill_token"]
+               + eager * self.tokens_per_request() * memory["activation_bytes_per_decode_token"])
+        return int(raw * (1 + memory["allocator_fragmentation"]))
+
+    def max_prefill_batch_tokens(self, replica) -> int:
+        """The most tokens one prefill batch runs: the chunk (capped by max_prefill_tokens); without chunking a
+        single prompt up to max_req_input_len runs whole."""
+        chunk = self.args.chunked_prefill_size
+        if chunk is not None and chunk > 0:
+            return min(chunk, self.args.max_prefill_tokens, replica.tokens)
+        return min(max(self.args.max_prefill_tokens, replica.max_req_input_len), replica.tokens)
+
+    def stress_activation_bytes(self, replica) -> int:
+        """Activations of the stress load: the larger of a full prefill chunk and a full decode batch (both at
+        once with --enable-mixed-chunk)."""
+        prefill_tokens = self.max_prefill_batch_tokens(replica)
+        if self.args.enable_mixed_chunk:
+            return self.activation_bytes(replica, prefill_tokens, replica.max_running_requests)
+        return max(self.activation_bytes(replica, prefill_tokens, 0),
+                   self.activation_bytes(replica, 0, replica.max_running_requests))
+
+    def stress_headroom(self) -> int:
+        """Bytes left on the tightest rank while the stress batches run (negative: the server dies)."""
+        return min(replica.min_headroom() - self.stress_activation_bytes(replica) for replica in self.replicas)
+
+    def survives_stress(self, safety_bytes: int = 0) -> bool:
+        """True when the server starts and the stress batches leave ``safety_bytes`` free on every rank."""
+        return self.failure is None and self.stress_headroom() >= safety_bytes
+
+
+def plan(host, model, draft, args) -> Server:
+    """The memory picture of ``args`` (resolved server args) on ``host``: startup walked, headroom known."""
+    server = Server(host, model, draft, args)
+    server.run_startup()
+    return server
