@@ -43,6 +43,7 @@ def _cannot_run_nspawn() -> str | None:
 
 pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
 
+
 def build_simulator_wheel(directory: Path) -> None:
     """The simulator's real wheel, as `make wheelhouse` builds it, for runs outside make."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO / "tools" / "sglang_sim"),

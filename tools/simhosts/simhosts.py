@@ -40,7 +40,7 @@ DEFAULT_INVENTORY = REPO / "inventories" / "sim" / "hosts.yml"
 
 # What the hosts carry. Changing the list (or LAYOUT) changes the cache key, so the next `up` builds a new tree.
 PACKAGES = ("python3", "python3-venv", "python3-pip", "systemd", "systemd-sysv", "dbus", "openssh-server",
-            "iproute2", "procps", "sudo", "acl", "ca-certificates")
+            "iproute2", "procps", "sudo", "acl", "ca-certificates", "python3-apt")
 LAYOUT = "4"  # bump when customize_rootfs() changes
 # Controller commands and the Debian packages that provide them.
 CONTROLLER_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "ssh": "openssh-client",
