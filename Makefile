@@ -24,20 +24,24 @@ SIM_SOURCES := $(shell find tools/sglang_sim -type f -not -path '*/build/*' -not
 WHEELHOUSE ?= $(WHEELHOUSE_DIR)
 export SIM_WHEELHOUSE := $(WHEELHOUSE)
 
-.PHONY: help venv system-deps demo test lint sanity units functional sim simhosts wheelhouse build bench clean
+MOLECULE_SCENARIOS ?= nvidia_driver
+
+.PHONY: help venv system-deps demo test lint sanity units functional sim simhosts molecule wheelhouse build bench clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host, its SGLang server, and its capacity report"
-	@echo "make test        lint + sanity + units + functional + sim + simhosts + build (what CI runs)"
-	@echo "make lint | sanity | units | functional | sim | simhosts | build | bench | clean"
+	@echo "make test        lint + sanity + units + functional + sim + simhosts + molecule + build (what CI runs)"
+	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | bench | clean"
 	@echo "make sim-up [N=4] [PROFILE=field] | sim-down | sim-status   simulated GPU hosts"
 
 # --- setup -------------------------------------------------------------------------------------------
 system-deps:
-	@# shellcheck: ansible-test sanity skips its shell checks without it.
-	@if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || ! command -v git >/dev/null || ! command -v shellcheck >/dev/null; then \
-	  echo "installing python3-venv, git, shellcheck (apt)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip git shellcheck >/dev/null; \
+	@# shellcheck: ansible-test sanity skips its shell checks without it; pciutils: the simulator's lspci is
+	@# compared with the real one.
+	@if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || ! command -v git >/dev/null \
+	    || ! command -v shellcheck >/dev/null || ! command -v lspci >/dev/null; then \
+	  echo "installing python3-venv, git, shellcheck, pciutils (apt)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip git shellcheck pciutils >/dev/null; \
 	fi
 
 $(VENV)/.installed: requirements.txt constraints.txt | system-deps
@@ -73,7 +77,7 @@ demo: venv
 	  -e capacity_report_sglang_version=0.5.9 -e capacity_report_target_tokens=250000
 
 # --- tests -----------------------------------------------------------------------------------------
-test: lint sanity units functional sim simhosts build
+test: lint sanity units functional sim simhosts molecule build
 	@echo "make test: all green"
 
 lint: venv
@@ -104,6 +108,12 @@ sim: venv
 # Simulated hosts (nspawn containers over ssh) with the simulator installed from the wheelhouse.
 simhosts: venv wheelhouse
 	$(BIN)/pytest -q tests/simhosts
+
+# Roles on simulated hosts: create, converge, idempotence, testinfra verify, destroy.
+molecule: venv wheelhouse
+	@for scenario in $(MOLECULE_SCENARIOS); do \
+	  echo "molecule test -s $$scenario"; $(BIN)/molecule test -s $$scenario || exit 1; \
+	done
 
 build: venv
 	rm -rf .tmp/build && mkdir -p .tmp/build

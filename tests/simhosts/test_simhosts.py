@@ -127,13 +127,14 @@ def test_journald_records_a_unit(sim):
 
 def test_simulator_installed_with_profile(sim):
     results = ansible(sim["inventory"], "ansible.builtin.shell",
-                      "readlink /usr/local/bin/nvidia-smi && test -s /etc/sglang-sim/host.json && "
-                      "cat /etc/sglang-sim/host.json | head -c 300 && ls /models && nvidia-smi | head -3")
+                      "readlink /usr/local/bin/nvidia-smi && readlink /usr/local/bin/lspci && test -s /etc/sglang-sim/host.json && "
+                      "cat /etc/sglang-sim/host.json | head -c 300 && ls /models && nvidia-smi | head -3 && lspci -n -d 10de:")
     assert len(results) == COUNT, results
     for host, res in results.items():
         assert res.get("rc") == 0, (host, res)
-        assert res["stdout_lines"][0] == "/opt/sglang-sim/bin/sglang-sim-smi", (host, res)
+        assert res["stdout_lines"][:2] == ["/opt/sglang-sim/bin/sglang-sim-smi", "/opt/sglang-sim/bin/sglang-sim-lspci"], (host, res)
         assert "RTX PRO 6000" in res["stdout"], (host, res)
+        assert res["stdout_lines"][-8:] == [f"{bus}:00.0 0302: 10de:2bb5 (rev a1)" for bus in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")], (host, res)
 
 
 def test_rerun_keeps_running_hosts_and_recreates_a_crashed_one(sim):

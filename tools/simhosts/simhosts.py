@@ -4,6 +4,7 @@
 """Simulated GPU hosts: systemd-nspawn containers in their own network namespaces, reached over ssh.
 
     python3 tools/simhosts/simhosts.py up --count 4 --profile field [--wheelhouse DIR] [--prefix sim]
+    python3 tools/simhosts/simhosts.py up --count 2 --profile h200-deepseek-v3,field ...    # one profile per host
     python3 tools/simhosts/simhosts.py down [--prefix sim | --all] [--purge]
     python3 tools/simhosts/simhosts.py status
     python3 tools/simhosts/simhosts.py ssh sim1 [COMMAND...]
@@ -50,6 +51,9 @@ NET = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544 benchmarking range: neve
 MAX_SLOT = 511  # slot s uses 198.18.0.0 + 256*s: a /30 whose .1 is the controller and .2 the host
 SIM_VENV = "/opt/sglang-sim"
 SIM_WHEELHOUSE_IN_HOST = "/var/cache/sglang-sim/wheelhouse"
+SIM_LAYER_LAYOUT = "2"  # bump when ensure_sim_layer() puts other things into the layer
+# The simulator's commands that stand in for the real ones (the GPUs' tools), linked into /usr/local/bin.
+SIM_COMMANDS = {"nvidia-smi": "sglang-sim-smi", "lspci": "sglang-sim-lspci"}
 BOOT_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 PRUNE_AFTER = 7 * 86400  # cached layers no host has used for a week are removed
@@ -249,14 +253,14 @@ def remove_tree(path: Path) -> None:
 
 
 def wheelhouse_key(wheelhouse: Path) -> str:
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"sim-layer-{SIM_LAYER_LAYOUT}".encode())
     for wheel in sorted(wheelhouse.glob("*.whl")):
         digest.update(wheel.name.encode() + b"\0" + hashlib.sha256(wheel.read_bytes()).digest())
     return digest.hexdigest()[:12]
 
 
 def ensure_sim_layer(base: Path, wheelhouse: Path) -> Path:
-    """A small layer over the base tree: the simulator's venv, its wheelhouse, nvidia-smi.
+    """A small layer over the base tree: the simulator's venv, its wheelhouse, nvidia-smi and lspci.
 
     Built once per (base tree, wheelhouse content) by installing the wheels inside a container of the tree.
     """
@@ -283,9 +287,9 @@ def ensure_sim_layer(base: Path, wheelhouse: Path) -> Path:
             script = (f"set -e; python3 -m venv {SIM_VENV}; "
                       f"{SIM_VENV}/bin/pip install -q --no-cache-dir --disable-pip-version-check --no-index "
                       f"--find-links {SIM_WHEELHOUSE_IN_HOST} sglang-sim; "
-                      f"test -x {SIM_VENV}/bin/sglang-sim-smi || {{ echo 'the wheel provides no sglang-sim-smi'; exit 1; }}; "
-                      f"test -x {SIM_VENV}/bin/sglang-sim-profile || {{ echo 'the wheel provides no sglang-sim-profile'; exit 1; }}; "
-                      f"ln -sfn {SIM_VENV}/bin/sglang-sim-smi /usr/local/bin/nvidia-smi")
+                      + "".join(f"test -x {SIM_VENV}/bin/{tool} || {{ echo 'the wheel provides no {tool}'; exit 1; }}; "
+                                for tool in ["sglang-sim-profile", *SIM_COMMANDS.values()])
+                      + "; ".join(f"ln -sfn {SIM_VENV}/bin/{tool} /usr/local/bin/{name}" for name, tool in SIM_COMMANDS.items()))
             run(nspawn_cmd(cgroups) + ["-D", str(root), "--private-network", "--", "/bin/sh", "-c", script], timeout=600)
         finally:
             remove_cgroups(cgroups)
@@ -295,7 +299,8 @@ def ensure_sim_layer(base: Path, wheelhouse: Path) -> Path:
         remove_tree(tmp)
         tmp.mkdir(parents=True)
         packed = build / "layer.tar"
-        tar_create(build / "upper", packed, [f".{SIM_VENV}", f".{SIM_WHEELHOUSE_IN_HOST}", "./usr/local/bin/nvidia-smi"])
+        tar_create(build / "upper", packed, [f".{SIM_VENV}", f".{SIM_WHEELHOUSE_IN_HOST}"]
+                   + [f"./usr/local/bin/{name}" for name in SIM_COMMANDS])
         tar_extract(packed, tmp)
         os.replace(tmp, layer)
         remove_tree(build)
@@ -670,6 +675,10 @@ def cmd_up(args: argparse.Namespace) -> None:
         raise SimError(f"prefix {args.prefix!r}: use 1-16 characters of a-z, 0-9, '-', starting with a letter")
     if not 1 <= args.count <= 64:
         raise SimError(f"count {args.count}: choose 1..64")
+    # One profile for every host, or one per host in order (host i gets the i-th): "h200-deepseek-v3,field,field".
+    profiles = [p.strip() for p in (args.profile or "").split(",")]
+    if len(profiles) not in (1, args.count) or not all(profiles):
+        raise SimError(f"--profile {args.profile!r}: give one profile, or a comma-separated list of {args.count}")
     inventory = Path(args.inventory).resolve() if args.inventory else None
     if inventory is None:
         if args.prefix != DEFAULT_PREFIX:
@@ -686,21 +695,23 @@ def cmd_up(args: argparse.Namespace) -> None:
         if wheelhouse:
             layer = ensure_sim_layer(base, Path(wheelhouse).resolve())
             layers.insert(0, layer)
-            want.update(sim_layer=layer.name, profile=args.profile, layers=[str(p) for p in layers])
+            want.update(sim_layer=layer.name, layers=[str(p) for p in layers])
         else:
             log("warning: SIM_WHEELHOUSE is not set (make sim-up WHEELHOUSE=DIR): hosts get no simulator, "
-                "no nvidia-smi and no profile")
+                "no nvidia-smi, no lspci and no profile")
         key = ssh_key()
         state = State()
         state.data["inventories"][args.prefix] = str(inventory)
         state.save()
         names = [f"{args.prefix}{i}" for i in range(1, args.count + 1)]
+        wants = {n: dict(want, profile=profiles[min(i, len(profiles) - 1)] if want["sim_layer"] else None)
+                 for i, n in enumerate(names)}
         for name in names:
             owner = state.hosts.get(name, {}).get("prefix")
             if owner not in (None, args.prefix):
                 raise SimError(f"host {name} belongs to prefix {owner!r}; choose another prefix")
         extra = [n for n in host_names(state, args.prefix) if n not in names]
-        keep = {n for n in names if n in state.hosts and host_healthy(state.hosts[n], want)}
+        keep = {n for n in names if n in state.hosts and host_healthy(state.hosts[n], wants[n])}
         rebuild = [n for n in names if n in state.hosts and n not in keep]
         for name in extra + rebuild:
             log(f"{name}: {'removing (beyond --count)' if name in extra else 'recreating (down, broken or outdated)'}")
@@ -710,7 +721,7 @@ def cmd_up(args: argparse.Namespace) -> None:
         for name in sorted(keep):
             log(f"{name}: already up at {state.hosts[name]['address']}, kept")
         with ThreadPoolExecutor(max_workers=8) as pool:
-            futures = [pool.submit(create_host, state, n, i, args.prefix, want, layers, key, want["profile"])
+            futures = [pool.submit(create_host, state, n, i, args.prefix, wants[n], layers, key, wants[n]["profile"])
                        for i, n in todo]
         errors = [f.exception() for f in futures if f.exception()]
         hosts = [state.hosts[n] for n in names if state.hosts.get(n, {}).get("status") == "up"]
@@ -848,7 +859,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="create (or keep) N hosts and write the inventory")
     up.add_argument("--count", "-n", type=int, default=int(os.environ.get("SIM_COUNT", "4")))
-    up.add_argument("--profile", default=os.environ.get("SIM_PROFILE", "field"))
+    up.add_argument("--profile", default=os.environ.get("SIM_PROFILE", "field"),
+                    help="host profile of every host, or a comma-separated list with one per host (default: field)")
     up.add_argument("--prefix", default=os.environ.get("SIM_PREFIX", DEFAULT_PREFIX))
     up.add_argument("--wheelhouse", help="directory with the simulator's wheel (default: $SIM_WHEELHOUSE)")
     up.add_argument("--inventory", default=os.environ.get("SIM_INVENTORY"),

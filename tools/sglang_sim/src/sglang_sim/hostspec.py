@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 
 HOST_ENV = "SGLANG_SIM_HOST"
 DEFAULT_HOST_PATH = "/etc/sglang-sim/host.json"
@@ -51,6 +52,7 @@ DEFAULT_FAULTS = {"hang_at_startup": False, "crash_after_requests": None, "slow_
 
 # PCI bus ids of a typical 8-GPU server (HGX board), in index order.
 _BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+PCI_KEYS = ("nvswitch_count", "gpu_device_id", "nvswitch_device_id", "nvswitch_bus_ids")
 
 
 class SimConfigError(ValueError):
@@ -132,6 +134,7 @@ class Host:
             self.occupied_mib[int(index)] = _number({"mib": mib}, "mib", path + " faults.gpu_occupied_mib", 0,
                                                     integer=True)
         self.default_launch_args = list(data.get("default_launch_args") or [])
+        self.pci = _pci_section(data.get("pci"), path)
 
     # -- per GPU ---------------------------------------------------------------------------------------------
 
@@ -161,6 +164,30 @@ class Host:
     def seconds(self, realistic: float, fast: float) -> float:
         """How long a startup phase or a batch takes on this host's time scale."""
         return realistic if self.time_scale == "realistic" else fast
+
+
+def _pci_section(pci, path: str) -> dict:
+    """host.json's optional ``pci`` section (what lspci shows besides the GPUs; see pci.py), checked."""
+    if pci is None:
+        pci = {}
+    if not isinstance(pci, dict):
+        raise SimConfigError("%s: 'pci' must be an object with keys from %s" % (path, list(PCI_KEYS)))
+    unknown = sorted(set(pci) - set(PCI_KEYS))
+    if unknown:
+        raise SimConfigError("%s: unknown pci keys %s (known: %s)" % (path, unknown, list(PCI_KEYS)))
+    section = {"nvswitch_count": _number(dict(nvswitch_count=pci.get("nvswitch_count", 0)), "nvswitch_count",
+                                         path + " pci", 0, integer=True)}
+    for key in ("gpu_device_id", "nvswitch_device_id"):
+        value = pci.get(key)
+        if value is not None and not re.fullmatch(r"(10de:)?[0-9a-fA-F]{4}", str(value)):
+            raise SimConfigError("%s: pci.%s must be an NVIDIA PCI device id such as \"10de:2335\", got %r"
+                                 % (path, key, value))
+        section[key] = int(str(value)[-4:], 16) if value is not None else None
+    bus_ids = pci.get("nvswitch_bus_ids")
+    if bus_ids is not None and not (isinstance(bus_ids, list) and all(isinstance(bus, str) for bus in bus_ids)):
+        raise SimConfigError("%s: pci.nvswitch_bus_ids must be a list of PCI addresses, got %r" % (path, bus_ids))
+    section["nvswitch_bus_ids"] = list(bus_ids or [])
+    return section
 
 
 def load_host(path: str | None = None) -> Host:
