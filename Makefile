@@ -24,12 +24,12 @@ SIM_SOURCES := $(shell find tools/sglang_sim -type f -not -path '*/build/*' -not
 WHEELHOUSE ?= $(WHEELHOUSE_DIR)
 export SIM_WHEELHOUSE := $(WHEELHOUSE)
 
-MOLECULE_SCENARIOS ?= nvidia_driver
+MOLECULE_SCENARIOS ?= nvidia_driver sglang
 
 .PHONY: help venv system-deps demo test lint sanity units functional sim simhosts molecule wheelhouse build bench clean
 
 help:
-	@echo "make demo        a simulated field-case GPU host, its SGLang server, and its capacity report"
+	@echo "make demo        a simulated field-case GPU host deployed by site.yml, and its capacity report"
 	@echo "make test        lint + sanity + units + functional + sim + simhosts + molecule + build (what CI runs)"
 	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | bench | clean"
 	@echo "make sim-up [N=4] [PROFILE=field] | sim-down | sim-status   simulated GPU hosts"
@@ -68,11 +68,12 @@ include tools/simhosts/simhosts.mk
 sim-up: wheelhouse
 
 # --- the main job ---------------------------------------------------------------------------------
-# A simulated 8x RTX PRO 6000 host of the field case (tools/sglang_sim), its SGLang server started at the
-# field's --mem-fraction-static 0.88, then the capacity report read over ssh from its journal and nvidia-smi.
+# A simulated 8x RTX PRO 6000 host of the field case (tools/sglang_sim, tools/simhosts), deployed by site.yml
+# (driver, SGLang, systemd unit at the field's --mem-fraction-static 0.88), then its capacity report, read over
+# ssh from its journal and nvidia-smi.
 demo: venv
 	$(MAKE) --no-print-directory sim-up N=1 PROFILE=field
-	$(SIMHOSTS) serve sim1
+	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/sim
 	$(BIN)/ansible-playbook playbooks/capacity_report.yml -i inventories/sim \
 	  -e capacity_report_sglang_version=0.5.9 -e capacity_report_target_tokens=250000
 

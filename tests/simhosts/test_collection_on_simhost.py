@@ -35,22 +35,31 @@ def simhosts(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def play(inventory: Path, tasks: list | None = None, playbook: Path | None = None, extravars: dict | None = None):
-    """Run tasks (or a playbook) on the host through ansible-runner; return (runner, {task name: result})."""
+class Played:
+    """What one ansible-runner run reported, read before its private data directory is removed."""
+
+    def __init__(self, runner: ansible_runner.Runner):
+        self.status = runner.status
+        self.stats = runner.stats or {}
+        self.stdout = runner.stdout.read()
+        self.results = {}
+        for event in runner.events:
+            if event.get("event") in ("runner_on_ok", "runner_on_failed"):
+                data = event["event_data"]
+                self.results[data["task"]] = dict(data["res"], failed=event["event"] == "runner_on_failed")
+
+
+def play(inventory: Path, tasks: list | None = None, playbook: Path | None = None,
+         extravars: dict | None = None) -> Played:
+    """Run tasks (or a playbook) on the host through ansible-runner."""
     private = Path(tempfile.mkdtemp(prefix="simint-runner-"))
     try:
-        runner = ansible_runner.run(
+        return Played(ansible_runner.run(
             private_data_dir=str(private), inventory=str(inventory), quiet=True, timeout=600,
             playbook=str(playbook) if playbook else [{"hosts": "all", "gather_facts": False, "tasks": tasks}],
             project_dir=str(REPO), extravars=extravars or {},
             envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-                     "ANSIBLE_COLLECTIONS_PATH": str(Path(sys.prefix) / "collections")})
-        results = {}
-        for event in runner.events:
-            if event.get("event") in ("runner_on_ok", "runner_on_failed"):
-                data = event["event_data"]
-                results[data["task"]] = dict(data["res"], failed=event["event"] == "runner_on_failed")
-        return runner, results
+                     "ANSIBLE_COLLECTIONS_PATH": str(Path(sys.prefix) / "collections")}))
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
@@ -73,10 +82,10 @@ def host(tmp_path_factory):
 
 
 def test_gpu_info_reads_the_simulated_gpus_through_nvidia_smi(host):
-    _runner, results = play(host, tasks=[
+    results = play(host, tasks=[
         {"name": "gpus", "llmserve.sglang.gpu_info": {}},
         {"name": "facts", "llmserve.sglang.sglang_startup_facts": {"unit": "sglang.service"}},
-    ])
+    ]).results
     gpus, facts = results["gpus"], results["facts"]
     assert not gpus["failed"], gpus
     assert gpus["source"] == "nvidia-smi" and gpus["gpu_count"] == 8
@@ -87,12 +96,12 @@ def test_gpu_info_reads_the_simulated_gpus_through_nvidia_smi(host):
 
 
 def test_startup_facts_and_formula_match_the_field_case(host):
-    _runner, results = play(host, tasks=[
+    results = play(host, tasks=[
         {"name": "facts", "llmserve.sglang.sglang_startup_facts": {"unit": "sglang.service"}, "register": "facts"},
         {"name": "capacity", "llmserve.sglang.kv_capacity": {
             "model_config": "{{ facts.server_args.model_path }}/config.json", "startup_facts": "{{ facts }}",
             "sglang_version": "0.5.9"}},
-    ])
+    ]).results
     facts, capacity = results["facts"], results["capacity"]
     assert facts["ready"] and facts["failure"] is None and facts["tp_size"] == 8
     assert facts["pre_load_free_gib"] == pytest.approx(94.04, abs=0.01)
@@ -103,9 +112,9 @@ def test_startup_facts_and_formula_match_the_field_case(host):
 
 
 def test_capacity_report_on_the_host(host, tmp_path):
-    runner, _results = play(host, playbook=REPO / "playbooks" / "capacity_report.yml", extravars={
+    report_run = play(host, playbook=REPO / "playbooks" / "capacity_report.yml", extravars={
         "capacity_report_sglang_version": "0.5.9", "capacity_report_output_dir": str(tmp_path)})
-    assert runner.status == "successful", runner.stdout.read()
+    assert report_run.status == "successful", report_run.stdout
     report = (tmp_path / f"{HOST}.md").read_text()
     assert "- GPUs (nvidia-smi): 8 x NVIDIA RTX PRO 6000" in report
     assert "| SGLang's formula | 0.88 | bfloat16 | 70,272 |" in report
@@ -114,9 +123,8 @@ def test_capacity_report_on_the_host(host, tmp_path):
 def test_init_oom_start_is_classified_from_the_journal(host):
     failed = simhosts("serve", "--prefix", PREFIX, "--mem-fraction-static", "0.75", "--timeout", "30", check=False)
     assert failed.returncode != 0 and "sglang.service exited" in failed.stderr
-    _runner, results = play(host, tasks=[
-        {"name": "facts", "llmserve.sglang.sglang_startup_facts": {"unit": "sglang.service"}}])
-    facts = results["facts"]
+    facts = play(host, tasks=[
+        {"name": "facts", "llmserve.sglang.sglang_startup_facts": {"unit": "sglang.service"}}]).results["facts"]
     assert facts["ready"] is False and facts["failure"]["kind"] == "init_oom", facts["failure"]
     assert "Not enough memory. Please try to increase --mem-fraction-static" in facts["failure"]["line"]
     simhosts("serve", "--prefix", PREFIX)  # back to the field value for any later test

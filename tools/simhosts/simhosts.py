@@ -51,9 +51,10 @@ NET = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544 benchmarking range: neve
 MAX_SLOT = 511  # slot s uses 198.18.0.0 + 256*s: a /30 whose .1 is the controller and .2 the host
 SIM_VENV = "/opt/sglang-sim"
 SIM_WHEELHOUSE_IN_HOST = "/var/cache/sglang-sim/wheelhouse"
-SIM_LAYER_LAYOUT = "2"  # bump when ensure_sim_layer() puts other things into the layer
+SIM_LAYER_LAYOUT = "3"  # bump when ensure_sim_layer() puts other things into the layer
 # The simulator's commands that stand in for the real ones (the GPUs' tools), linked into /usr/local/bin.
 SIM_COMMANDS = {"nvidia-smi": "sglang-sim-smi", "lspci": "sglang-sim-lspci"}
+SIM_TMPFILES = "/etc/tmpfiles.d/sglang-sim.conf"
 BOOT_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 PRUNE_AFTER = 7 * 86400  # cached layers no host has used for a week are removed
@@ -289,7 +290,10 @@ def ensure_sim_layer(base: Path, wheelhouse: Path) -> Path:
                       f"--find-links {SIM_WHEELHOUSE_IN_HOST} sglang-sim; "
                       + "".join(f"test -x {SIM_VENV}/bin/{tool} || {{ echo 'the wheel provides no {tool}'; exit 1; }}; "
                                 for tool in ["sglang-sim-profile", *SIM_COMMANDS.values()])
-                      + "; ".join(f"ln -sfn {SIM_VENV}/bin/{tool} /usr/local/bin/{name}" for name, tool in SIM_COMMANDS.items()))
+                      + "".join(f"ln -sfn {SIM_VENV}/bin/{tool} /usr/local/bin/{name}; " for name, tool in SIM_COMMANDS.items())
+                      # The simulated GPUs' live memory, which the server writes and nvidia-smi reads, lives in
+                      # /run/sglang-sim: made at boot, as a driver makes /dev/nvidia*, writable by any server user.
+                      + f"echo 'd /run/sglang-sim 1777 root root -' > {SIM_TMPFILES}")
             run(nspawn_cmd(cgroups) + ["-D", str(root), "--private-network", "--", "/bin/sh", "-c", script], timeout=600)
         finally:
             remove_cgroups(cgroups)
@@ -300,7 +304,7 @@ def ensure_sim_layer(base: Path, wheelhouse: Path) -> Path:
         tmp.mkdir(parents=True)
         packed = build / "layer.tar"
         tar_create(build / "upper", packed, [f".{SIM_VENV}", f".{SIM_WHEELHOUSE_IN_HOST}"]
-                   + [f"./usr/local/bin/{name}" for name in SIM_COMMANDS])
+                   + [f"./usr/local/bin/{name}" for name in SIM_COMMANDS] + [f".{SIM_TMPFILES}"])
         tar_extract(packed, tmp)
         os.replace(tmp, layer)
         remove_tree(build)

@@ -1,0 +1,73 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""playbooks/site.yml on a simulated field-case host, twice: the second run changes nothing and restarts nothing.
+
+The host (prefix simsite) gets inventories/sim/group_vars/sim.yml, the same variables `make demo` uses.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from test_collection_on_simhost import play, simhosts
+from test_simhosts import REPO, _cannot_run_nspawn, build_simulator_wheel
+
+PREFIX = "simsite"
+HOST = f"{PREFIX}1"
+
+pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("simsite")
+    wheelhouse = os.environ.get("SIM_WHEELHOUSE")
+    if not wheelhouse:
+        wheelhouse = str(tmp / "wheelhouse")
+        build_simulator_wheel(Path(wheelhouse))
+    # The sim inventory's group_vars beside a hosts file of our own prefix.
+    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", tmp / "group_vars")
+    hosts = tmp / "hosts.yml"
+    simhosts("up", "--count", "1", "--prefix", PREFIX, "--profile", "field", "--inventory", str(hosts),
+             "--wheelhouse", wheelhouse)
+    try:
+        yield tmp
+    finally:
+        simhosts("down", "--prefix", PREFIX, check=False)
+
+
+def unit_property(inventory: Path, name: str) -> str:
+    return play(inventory, tasks=[{"name": "show", "ansible.builtin.command": {
+        "argv": ["systemctl", "show", f"--property={name}", "--value", "sglang.service"]}}]).results["show"]["stdout"]
+
+
+def test_site_twice_then_nothing_changes(inventory):
+    first = play(inventory, playbook=REPO / "playbooks" / "site.yml")
+    assert first.status == "successful", first.stdout
+    assert first.stats["changed"].get(HOST, 0) > 0
+    started = unit_property(inventory, "InvocationID")
+    assert unit_property(inventory, "User") == "sglang"
+
+    second = play(inventory, playbook=REPO / "playbooks" / "site.yml")
+    assert second.status == "successful", second.stdout
+    assert second.stats["changed"].get(HOST, 0) == 0, second.stats
+    assert unit_property(inventory, "InvocationID") == started  # not restarted
+
+
+def test_capacity_report_after_site(inventory, tmp_path):
+    report_run = play(inventory, playbook=REPO / "playbooks" / "capacity_report.yml",
+                      extravars={"capacity_report_output_dir": str(tmp_path), "capacity_report_sglang_version": "0.5.9"})
+    assert report_run.status == "successful", report_run.stdout
+    report = (tmp_path / f"{HOST}.md").read_text()
+    assert "| logged by SGLang | 0.88 |" in report and "8 x NVIDIA RTX PRO 6000" in report
+
+
+def test_server_runs_as_sglang_not_root(inventory):
+    ps_run = play(inventory, tasks=[{"name": "ps", "ansible.builtin.command": {
+        "argv": ["ps", "-o", "user=", "-C", "python"]}}])
+    users = set(ps_run.results["ps"]["stdout"].split())
+    assert users == {"sglang"}, users
