@@ -492,15 +492,26 @@ class _ReprParser(object):
                 return result
 
 
+# SGLang prints these in its server_args line (sgl-project/sglang#37457); they must not travel on into Ansible
+# results and logs.
+SECRET_SERVER_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+REDACTED = "[REDACTED]"
+
+
 def parse_server_args(text):
     """Parse the ``ServerArgs(...)`` repr in ``text`` (a whole log line is fine) into a dict.
 
-    Returns ``{}`` when the text holds no ``server_args=ServerArgs(``. Never evaluates code.
+    Returns ``{}`` when the text holds no ``server_args=ServerArgs(``. Never evaluates code. Secrets
+    (``SECRET_SERVER_ARGS``) that are set come back as ``"[REDACTED]"``.
     """
     match = _SERVER_ARGS.search(text)
     if not match:
         return {}
-    return _ReprParser(text, match.end()).keyword_arguments()
+    args = _ReprParser(text, match.end()).keyword_arguments()
+    for key in SECRET_SERVER_ARGS:
+        if args.get(key) is not None:
+            args[key] = REDACTED
+    return args
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -509,6 +509,17 @@ def test_server_args_never_evaluates():
     assert args == {"model_path": "__import__('os').system('false')", "tp_size": 2}
 
 
+def test_server_args_secrets_are_redacted():
+    # SGLang prints its API keys in this line (sgl-project/sglang#37457): they must not reach Ansible's output.
+    args = sl.parse_server_args("server_args=ServerArgs(model_path='m', api_key='sk-live-123', admin_api_key=None, "
+                                "ssl_keyfile_password='pw', tp_size=8)")
+    assert args == {"model_path": "m", "api_key": "[REDACTED]", "admin_api_key": None,
+                    "ssl_keyfile_password": "[REDACTED]", "tp_size": 8}
+    facts = sl.parse_startup_log("[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m', api_key='sk-live-123')\n"
+                                 "[2026-01-01 00:00:01] Load weight begin. avail mem=78.58 GB\n")
+    assert "sk-live-123" not in repr(facts)
+
+
 def test_server_args_truncated_line():
     args = sl.parse_server_args("server_args=ServerArgs(model_path='m', tp_size=8, mem_fraction_static=0.9, chunk")
     assert args == {"model_path": "m", "tp_size": 8, "mem_fraction_static": 0.9}
