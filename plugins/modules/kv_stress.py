@@ -1,0 +1,255 @@
+#!/usr/bin/python
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kv_stress
+short_description: Fill a local SGLang server's KV cache pool with concurrent requests and sample GPU memory meanwhile
+version_added: 0.1.0
+author:
+  - llmserve.sglang contributors (@llmserve)
+description:
+  - Reads C(max_total_num_tokens), C(max_running_requests), the context length and the prefill chunk size from the
+    server's C(/get_server_info) (C(/server_info) when that fails), then sends rounds of concurrent C(/generate)
+    requests with random C(input_ids), sized so that the tokens held at once reach O(fill_ratio) of the KV pool and
+    each prompt is longer than the largest prefill chunk, for O(duration) seconds or O(rounds) rounds.
+  - Meanwhile samples every GPU's free memory about every O(sample_interval) seconds, through NVML or nvidia-smi
+    (as M(llmserve.sglang.gpu_info) reads them), and polls C(/get_load) for the tokens the server holds.
+  - A server that stops answering (connection refused, reset or closed) ends the run at once, with RV(held=false)
+    and the reason in RV(failure_reason); every HTTP call has a timeout and the whole run has a deadline (the
+    duration or the rounds times O(request_timeout), plus one O(request_timeout)), so it never hangs.
+  - A failed load is a result, not a module failure; the module fails only when the server info cannot be read or
+    an option is invalid. It changes nothing on the host and always reports RV(ignore:changed=false).
+requirements:
+  - An SGLang server reachable from the managed host (normally its own, on 127.0.0.1).
+  - For the memory samples, an NVIDIA driver and either C(pynvml) (C(nvidia-ml-py)) or C(nvidia-smi); without them
+    the load still runs and RV(min_free_gib) is V(null).
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: none
+    details:
+      - A load test is an action whose result cannot be predicted; in check mode Ansible skips the task
+        (C(remote module does not support check mode)).
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in diff mode).
+    support: none
+options:
+  url:
+    description: Base URL of the SGLang server.
+    type: str
+    default: http://127.0.0.1:30000
+  api_key:
+    description: The server's C(--api-key), sent in an C(Authorization) header as a bearer token.
+    type: str
+  fill_ratio:
+    description: Share of the KV pool (C(max_total_num_tokens)) that the concurrent requests of a round hold together.
+    type: float
+    default: 0.95
+  duration:
+    description:
+      - Seconds to keep sending rounds (a round started is finished). At least one round runs.
+      - Mutually exclusive with O(rounds); with neither, one round runs.
+    type: float
+  rounds:
+    description: Number of rounds to send. Mutually exclusive with O(duration).
+    type: int
+  max_new_tokens:
+    description: Tokens generated per request.
+    type: int
+    default: 32
+  concurrency:
+    description: Most requests in flight at once; default and cap the server's C(max_running_requests).
+    type: int
+  request_timeout:
+    description: Seconds to wait for one answer.
+    type: float
+    default: 120
+  sample_interval:
+    description: Seconds between GPU memory samples.
+    type: float
+    default: 0.1
+  nvidia_smi:
+    description: The nvidia-smi to run when NVML is not used, as a path or a command name on E(PATH).
+    type: path
+  prefer:
+    description: Which GPU probe to use, as in M(llmserve.sglang.gpu_info).
+    type: str
+    choices: [auto, nvml, nvidia_smi]
+    default: auto
+  seed:
+    description: Seed of the random prompts; random when not set.
+    type: int
+seealso:
+  - module: llmserve.sglang.gpu_info
+  - module: llmserve.sglang.sglang_startup_facts
+"""
+
+EXAMPLES = r"""
+- name: Fill 95% of the KV pool for 60 seconds
+  llmserve.sglang.kv_stress:
+    duration: 60
+  register: stress
+
+- name: The server must survive with 1 GiB to spare
+  ansible.builtin.assert:
+    that:
+      - stress.held
+      - stress.min_free_gib >= 1
+    fail_msg: "{{ stress.failure_reason }} (least free {{ stress.min_free_gib }} GiB)"
+
+- name: Three rounds against a server with an API key
+  llmserve.sglang.kv_stress:
+    url: http://127.0.0.1:30000
+    api_key: "{{ sglang_api_key }}"
+    rounds: 3
+    fill_ratio: 0.9
+"""
+
+RETURN = r"""
+held:
+  description: Whether every request was answered and the server was alive at the end.
+  returned: success
+  type: bool
+  sample: true
+errors:
+  description: The failed requests.
+  returned: success
+  type: dict
+  contains:
+    count:
+      description: How many requests failed.
+      type: int
+      sample: 0
+    messages:
+      description: The first few failure messages.
+      type: list
+      elements: str
+      sample: ["ConnectionRefusedError: [Errno 111] Connection refused"]
+requests_completed:
+  description: Requests answered with a generation.
+  returned: success
+  type: int
+  sample: 126
+peak_tokens_held:
+  description:
+    - The most KV tokens held at once, from C(/get_load) or, when larger, the tokens of the first round (all of its
+      requests fit the pool at once).
+  returned: success
+  type: int
+  sample: 151308
+pool_tokens:
+  description: The server's C(max_total_num_tokens).
+  returned: success
+  type: int
+  sample: 159282
+fill_reached:
+  description: RV(peak_tokens_held) / RV(pool_tokens).
+  returned: success
+  type: float
+  sample: 0.9499
+min_free_gib_per_gpu:
+  description: The least free memory of each GPU during the run, in GiB, keyed by GPU index.
+  returned: success
+  type: dict
+  sample: {"0": 4.273, "1": 4.275}
+min_free_gib:
+  description: The least free memory of any GPU during the run, in GiB; V(null) when no sample was taken.
+  returned: success
+  type: float
+  sample: 4.273
+samples:
+  description: Number of GPU memory samples taken.
+  returned: success
+  type: int
+  sample: 25
+server_alive_at_end:
+  description: Whether the server answered C(/get_server_info) after the load.
+  returned: success
+  type: bool
+  sample: true
+throughput_tokens_per_s:
+  description: Prompt and generated tokens of the answered requests per second of the run.
+  returned: success
+  type: float
+  sample: 427947.9
+duration_s:
+  description: Seconds the run took.
+  returned: success
+  type: float
+  sample: 2.475
+failure_reason:
+  description: Why the load did not hold; V(null) when it held.
+  returned: success
+  type: str
+  sample: "the server stopped answering under load (RemoteDisconnected: Remote end closed connection without response)"
+rounds:
+  description: Rounds sent.
+  returned: success
+  type: int
+  sample: 7
+plan:
+  description: The requests of one round.
+  returned: success
+  type: dict
+  sample: {"requests": 18, "input_tokens": 8374, "max_new_tokens": 32, "target_tokens": 151317, "planned_tokens": 151308}
+probe_errors:
+  description: The first few GPU probe failures (the load runs on without samples).
+  returned: success
+  type: list
+  elements: str
+  sample: []
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import PREFER_CHOICES, probe
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import KvStressError, run_stress
+
+
+def build_module() -> AnsibleModule:
+    return AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", default="http://127.0.0.1:30000"),
+            api_key=dict(type="str", no_log=True),
+            fill_ratio=dict(type="float", default=0.95),
+            duration=dict(type="float"),
+            rounds=dict(type="int"),
+            max_new_tokens=dict(type="int", default=32, no_log=False),
+            concurrency=dict(type="int"),
+            request_timeout=dict(type="float", default=120),
+            sample_interval=dict(type="float", default=0.1),
+            nvidia_smi=dict(type="path"),
+            prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
+            seed=dict(type="int"),
+        ),
+        mutually_exclusive=[("duration", "rounds")],
+        supports_check_mode=False,
+    )
+
+
+def main() -> None:
+    module = build_module()
+    params = module.params
+
+    def run_command(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"})
+
+    def sample():
+        return probe(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
+                     which=module.get_bin_path)["gpus"]
+
+    try:
+        result = run_stress(base_url=params["url"], api_key=params["api_key"], fill_ratio=params["fill_ratio"],
+                            duration=params["duration"], rounds=params["rounds"], max_new_tokens=params["max_new_tokens"],
+                            concurrency=params["concurrency"], request_timeout=params["request_timeout"],
+                            sample_interval=params["sample_interval"], probe=sample, seed=params["seed"])
+    except KvStressError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
