@@ -98,7 +98,7 @@ def test_search_reaches_oracle(profile, start):
     truth = oracle.search(host, model, draft, args, SAFETY_GIB, 0.001)
     oracle_max = truth["max_mem_fraction_static"]
     assert oracle_max is not None
-    print("\n%s from %.3f (oracle max %.3f at %.1f GiB margin)" % (profile, start, oracle_max, SAFETY_GIB))
+    print(f"\n{profile} from {start:.3f} (oracle max {oracle_max:.3f} at {SAFETY_GIB:.1f} GiB margin)")
     state = tune(sim, start)
     found = kv_search.best(state)
     restarts = len(state["trials"]) - 1

@@ -9,7 +9,6 @@ read nvidia-smi, the unit's journal and the model's config.json on the host, as 
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 import ansible_runner
 import pytest
 
-from test_simhosts import REPO, TOOL, _cannot_run_nspawn, build_simulator_wheel
+from test_simhosts import REPO, TOOL, _cannot_run_nspawn, simulator_wheelhouse
 
 PREFIX = "simint"
 HOST = f"{PREFIX}1"
@@ -67,10 +66,7 @@ def play(inventory: Path, tasks: list | None = None, playbook: Path | None = Non
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("simint")
-    wheelhouse = os.environ.get("SIM_WHEELHOUSE")
-    if not wheelhouse:
-        wheelhouse = str(tmp / "wheelhouse")
-        build_simulator_wheel(Path(wheelhouse))
+    wheelhouse = simulator_wheelhouse(tmp)
     inventory = tmp / "hosts.yml"
     simhosts("up", "--count", "1", "--prefix", PREFIX, "--profile", "field", "--inventory", str(inventory),
              "--wheelhouse", wheelhouse)

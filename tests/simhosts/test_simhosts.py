@@ -44,10 +44,14 @@ def _cannot_run_nspawn() -> str | None:
 pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
 
 
-def build_simulator_wheel(directory: Path) -> None:
-    """The simulator's real wheel, as `make wheelhouse` builds it, for runs outside make."""
+def simulator_wheelhouse(tmp: Path) -> str:
+    """$SIM_WHEELHOUSE (`make simhosts` sets it), else the simulator's real wheel built into tmp, as make would."""
+    wheelhouse = os.environ.get("SIM_WHEELHOUSE")
+    if wheelhouse:
+        return wheelhouse
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO / "tools" / "sglang_sim"),
-                    "-w", str(directory)], check=True, capture_output=True, timeout=600)
+                    "-w", str(tmp / "wheelhouse")], check=True, capture_output=True, timeout=600)
+    return str(tmp / "wheelhouse")
 
 
 def simhosts(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -84,10 +88,7 @@ def ansible(inventory: Path, module: str, module_args: str | None = None) -> dic
 def sim(tmp_path_factory):
     """Four hosts of our own prefix; removed at the end whatever happened."""
     tmp = tmp_path_factory.mktemp("simhosts")
-    wheelhouse = os.environ.get("SIM_WHEELHOUSE")
-    if not wheelhouse:
-        wheelhouse = str(tmp / "wheelhouse")
-        build_simulator_wheel(Path(wheelhouse))
+    wheelhouse = simulator_wheelhouse(tmp)
     inventory = tmp / "hosts.yml"
     up = simhosts("up", "--count", str(COUNT), "--prefix", PREFIX, "--profile", "field",
                   "--inventory", str(inventory), "--wheelhouse", wheelhouse)

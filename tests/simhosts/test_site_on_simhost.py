@@ -7,14 +7,13 @@ The host (prefix simsite) gets inventories/sim/group_vars/sim.yml, the same vari
 """
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from test_collection_on_simhost import play, simhosts
-from test_simhosts import REPO, _cannot_run_nspawn, build_simulator_wheel
+from test_simhosts import REPO, _cannot_run_nspawn, simulator_wheelhouse
 
 PREFIX = "simsite"
 HOST = f"{PREFIX}1"
@@ -25,10 +24,7 @@ pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_ca
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("simsite")
-    wheelhouse = os.environ.get("SIM_WHEELHOUSE")
-    if not wheelhouse:
-        wheelhouse = str(tmp / "wheelhouse")
-        build_simulator_wheel(Path(wheelhouse))
+    wheelhouse = simulator_wheelhouse(tmp)
     # The sim inventory's group_vars beside a hosts file of our own prefix.
     shutil.copytree(REPO / "inventories" / "sim" / "group_vars", tmp / "group_vars")
     hosts = tmp / "hosts.yml"
