@@ -10,7 +10,6 @@ read nvidia-smi, the unit's journal and the model's config.json on the host, as 
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -18,20 +17,13 @@ from pathlib import Path
 import ansible_runner
 import pytest
 
-from test_simhosts import REPO, TOOL, _cannot_run_nspawn, simulator_wheelhouse
+from test_simhosts import REPO, _cannot_run_nspawn, simhosts, simulator_wheelhouse
 
 PREFIX = "simint"
 HOST = f"{PREFIX}1"
 MIB = 2 ** 20
 
 pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
-
-
-def simhosts(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=900, check=False)
-    if check:
-        assert proc.returncode == 0, f"simhosts {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 class Played:

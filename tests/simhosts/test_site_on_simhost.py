@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from test_collection_on_simhost import play, simhosts
-from test_simhosts import REPO, _cannot_run_nspawn, simulator_wheelhouse
+from test_collection_on_simhost import play
+from test_simhosts import REPO, _cannot_run_nspawn, simhosts, simulator_wheelhouse
 
 PREFIX = "simsite"
 HOST = f"{PREFIX}1"
