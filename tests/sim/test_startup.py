@@ -137,3 +137,15 @@ def test_data_parallel_replicas_each_log_their_pool(make_sim):
     assert "[" not in "".join(rank["tag"] for rank in facts["ranks"]) and len(facts["ranks"]) == 8
     status, info = simlib.request(server.url + "/server_info")
     assert status == 200 and len(info["internal_states"]) == 2
+
+
+def test_faults_from_a_value_up_spare_the_lower_values(make_sim):
+    """faults.from_mem_fraction_static: the hang hits servers started at 0.9 and above only (the tuner's fault
+    tests back off from such a value to the last-known-good one below it)."""
+    sim = make_sim("field", faults={"hang_at_startup": True, "from_mem_fraction_static": 0.9})
+    low = sim.start(simlib.launch_args("field", mem_fraction_static=0.88))
+    assert low.wait_ready(), low.log
+    low.stop()
+    high = sim.start(simlib.launch_args("field", mem_fraction_static=0.9))
+    assert not high.wait_ready(3)
+    assert high.wait_exit(0.1) is None  # still hanging, not dead

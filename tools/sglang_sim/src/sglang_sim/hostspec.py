@@ -48,7 +48,10 @@ DEFAULT_MEMORY = {
 }
 
 DEFAULT_FAULTS = {"hang_at_startup": False, "crash_after_requests": None, "slow_start_s": 0,
-                  "gpu_occupied_mib": {}}
+                  "gpu_occupied_mib": {}, "from_mem_fraction_static": None}
+# The faults of the server process; from_mem_fraction_static limits them to servers started at that value or above
+# (a value that hangs or crashes while lower ones work: what the tuner must back off from).
+SERVER_FAULTS = ("hang_at_startup", "crash_after_requests", "slow_start_s")
 
 # PCI bus ids of a typical 8-GPU server (HGX board), in index order.
 _BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
@@ -137,6 +140,13 @@ class Host:
         self.pci = _pci_section(data.get("pci"), path)
 
     # -- per GPU ---------------------------------------------------------------------------------------------
+
+    def server_faults(self, mem_fraction_static) -> dict:
+        """The faults of a server started at ``mem_fraction_static``: none below faults.from_mem_fraction_static."""
+        gate = self.faults.get("from_mem_fraction_static")
+        if gate is not None and mem_fraction_static is not None and float(mem_fraction_static) < float(gate):
+            return dict(self.faults, **{key: DEFAULT_FAULTS[key] for key in SERVER_FAULTS})
+        return dict(self.faults)
 
     def noise_of(self, index: int) -> int:
         """MiB this GPU's CUDA context takes beyond the others: 0..noise_mib, fixed per host name and index."""

@@ -39,6 +39,7 @@ class Process:
         self.model = model
         self.draft = draft
         self.args = args
+        self.faults = host.server_faults(args.mem_fraction_static)
         self.log = log
         self.plan = memory.plan(host, model, draft, args)
         self.status = "Starting"
@@ -73,7 +74,7 @@ class Process:
 
     def request_done(self, _scheduler):
         """Scheduler hook: a user request finished; the crash_after_requests fault counts them."""
-        limit = self.host.faults.get("crash_after_requests")
+        limit = self.faults.get("crash_after_requests")
         if limit is not None and sum(s.completed for s in self.schedulers) >= int(limit):
             tag = self.plan.ranks[0].tag
             self.log.traceback(tag, logs.RUNTIME_FRAMES, (
@@ -189,12 +190,12 @@ class Process:
             self.fail(failure)
         self.each(lambda rank: logs.init_end(fmt, time.time() - started, _gib(self.step(rank, "init")[0])))
         self.each(lambda rank: [logs.load_begin(_gib(self.step(rank, "init")[2]))])
-        if host.faults.get("hang_at_startup"):
+        if self.faults.get("hang_at_startup"):
             while True:
                 time.sleep(3600)
         load_started = time.time()
         self.sleep(model.total_size / (host.weight_load_gb_per_s * 1e9), 0.3)
-        time.sleep(float(host.faults.get("slow_start_s") or 0))
+        time.sleep(float(self.faults.get("slow_start_s") or 0))
         if failure is not None and failure.stage == "weights":
             self.fail(failure)
         dtype = "torch." + model.dtype
