@@ -207,6 +207,11 @@ _TEXT_CONFIG_KEYS = ("thinker_config", "llm_config", "language_config", "text_co
 _STR_TO_DTYPE = {"half": "float16", "float16": "float16", "fp16": "float16", "float": "float32",
                  "float32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# Every dtype name torch has (what transformers turns config.json's dtype into; any other name fails to load there).
+_TORCH_DTYPE_NAMES = frozenset((
+    "float16", "half", "bfloat16", "float32", "float", "float64", "double", "complex32", "complex64", "complex128",
+    "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "short", "int", "long", "bool",
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2"))
 
 # Architectures SGLang >= 0.5.7 builds separate sliding-window pools for (is_hybrid_swa_model, 0.5.23), plus any
 # text config with is_hybrid_swa: true.
@@ -267,7 +272,11 @@ def _resolve_model_dtype(text, config, dtype):
         raw = cfg.get("dtype") or cfg.get("torch_dtype")
         if raw:
             break
-    config_dtype = _STR_TO_DTYPE.get(str(raw).lower().replace("torch.", ""), None) if raw else None
+    name = str(raw).lower().replace("torch.", "") if raw else None
+    if name is not None and name != "auto" and name not in _TORCH_DTYPE_NAMES:
+        raise KvModelError("config.json's dtype %r is not a torch dtype (bfloat16, float16, float32, ...): the model "
+                           "would not load, and its KV cache cannot be sized" % (raw,))
+    config_dtype = _STR_TO_DTYPE.get(name, None) if name else None
     if config_dtype is None or config_dtype == "float32":
         model_type = str(text.get("model_type") or config.get("model_type") or "")
         return "bfloat16" if model_type.startswith("gemma") else "float16"

@@ -512,3 +512,12 @@ def test_hicache_what_if(kimi, llama70b):
     assert sized["hicache_host_gib_total"] == pytest.approx(16 * sized["hicache_host_gib_per_rank"], abs=1e-3)
     current = kv.capacity(kimi, hicache_ratio=2.0, **FIELD)       # 0.5.23: host bytes/token exclude the draft
     assert current["hicache_host_gib_per_rank"] == pytest.approx(current["hicache_host_tokens"] * 70272 / GIB, abs=1e-4)
+
+
+def test_an_unknown_config_dtype_is_an_error_not_a_guess():
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
+              "num_attention_heads": 8, "num_key_value_heads": 8, "hidden_size": 1024, "torch_dtype": "float7"}
+    with pytest.raises(kv.KvModelError, match="'float7' is not a torch dtype"):
+        kv.model_shape(config)
+    config["torch_dtype"] = "float32"   # a real dtype SGLang maps to float16
+    assert kv.model_shape(config).dtype == "float16"
