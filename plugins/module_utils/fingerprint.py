@@ -218,3 +218,36 @@ def fingerprint_diff(old, new):
         elif left != right:
             changed.append(section)
     return changed
+
+
+# Flags whose values never leave the host (SGLang's own secret args, as startup_log redacts them).
+SECRET_FLAGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+
+
+def server_args_from_argv(argv):
+    """The server args of an SGLang command line (``/proc/<pid>/cmdline`` split at NUL): a dict keyed by flag
+    name in snake_case. Everything before the first ``--flag`` (the interpreter, ``-m sglang.launch_server``) is
+    skipped; a flag without a value is ``True``, with one value a string, with several a list (``--cuda-graph-bs 1 2
+    4``); ``--flag=value`` works too. Secret flags (:data:`SECRET_FLAGS`) are dropped, never returned."""
+    if not isinstance(argv, (list, tuple)):
+        raise FingerprintError("argv must be a list of words, got %s" % type(argv).__name__)
+    args, name = {}, None
+    for word in argv:
+        word = str(word)
+        if word.startswith("--") and len(word) > 2:
+            flag, sep, value = word[2:].partition("=")
+            name = flag.replace("-", "_")
+            args[name] = value if sep else True
+            if sep:
+                name = None  # --flag=value takes no further words
+        elif name is not None:
+            current = args[name]
+            if current is True:
+                args[name] = word
+            elif isinstance(current, list):
+                current.append(word)
+            else:
+                args[name] = [current, word]
+    for secret in SECRET_FLAGS:
+        args.pop(secret, None)
+    return args

@@ -71,17 +71,11 @@ options:
     description: Seconds between GPU memory samples.
     type: float
     default: 0.1
-  nvidia_smi:
-    description: The nvidia-smi to run when NVML is not used, as a path or a command name on E(PATH).
-    type: path
-  prefer:
-    description: Which GPU probe to use, as in M(llmserve.sglang.gpu_info).
-    type: str
-    choices: [auto, nvml, nvidia_smi]
-    default: auto
   seed:
     description: Seed of the random prompts; random when not set.
     type: int
+extends_documentation_fragment:
+  - llmserve.sglang.gpu_probe
 seealso:
   - module: llmserve.sglang.gpu_info
   - module: llmserve.sglang.sglang_startup_facts

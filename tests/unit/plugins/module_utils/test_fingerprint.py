@@ -121,3 +121,20 @@ def test_bad_inputs(changes, match):
 def test_hash_rejects_non_dict():
     with pytest.raises(fpm.FingerprintError, match="dict"):
         fpm.fingerprint_hash(["x"])
+
+
+def test_server_args_from_argv_reads_flags_values_lists_and_drops_secrets():
+    argv = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/k", "--tp-size", "8",
+            "--trust-remote-code", "--cuda-graph-bs", "1", "2", "4", "--mem-fraction-static", "0.88",
+            "--api-key", "s3cret", "--port=30000", "--admin-api-key=adm"]
+    args = fpm.server_args_from_argv(argv)
+    assert args == {"model_path": "/models/k", "tp_size": "8", "trust_remote_code": True,
+                    "cuda_graph_bs": ["1", "2", "4"], "mem_fraction_static": "0.88", "port": "30000"}
+    assert "s3cret" not in repr(args) and "adm" not in repr(args)
+    assert fpm.memory_args(args)["cuda_graph_bs"] == [1, 2, 4]
+    assert fpm.memory_args(args)["tp_size"] == 8
+
+
+def test_server_args_from_argv_rejects_a_string():
+    with pytest.raises(fpm.FingerprintError, match="list of words"):
+        fpm.server_args_from_argv("--tp-size 8")

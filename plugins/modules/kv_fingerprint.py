@@ -1,0 +1,238 @@
+#!/usr/bin/python
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kv_fingerprint
+short_description: The memory-picture fingerprint of a running SGLang server, read from its systemd unit
+version_added: 0.1.0
+author:
+  - llmserve.sglang contributors (@llmserve)
+description:
+  - Reads what the SGLang server of a systemd unit really runs, the command line of its main process
+    (C(/proc/<MainPID>/cmdline)), and from it the server arguments, the model path and the current
+    C(--mem-fraction-static).
+  - Reads the SGLang version from the server's own interpreter (C(import sglang; sglang.__version__)), the
+    C(config.json) of the model directory, and the GPUs with the driver and CUDA versions (NVML, else
+    nvidia-smi, as M(llmserve.sglang.gpu_info)).
+  - Returns the fingerprint the KV tuner pins a value under (GPU model, count and memory; driver, CUDA and SGLang
+    versions; model path, sha256 of C(config.json) and revision; the memory-relevant server arguments) and its
+    sha256. A pinned value stays valid while the hash is unchanged.
+  - Fails, changing nothing, when the unit is not running, its command line has no C(--model-path), the model
+    directory or its C(config.json) is missing, or the SGLang version or the GPUs cannot be read.
+  - Secret arguments (C(--api-key), C(--admin-api-key), C(--ssl-keyfile-password)) are never returned.
+requirements:
+  - systemd on the managed host, and the right to read the server's C(/proc/<pid>/cmdline) (root).
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: This module only reads; it behaves the same in check mode.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in diff mode).
+    support: none
+options:
+  unit:
+    description: The systemd unit of the SGLang server.
+    type: str
+    default: sglang.service
+  model_revision:
+    description:
+      - The revision of the model's weights (a Hugging Face commit, a release tag), when the path alone does not
+        say it. Part of the fingerprint.
+    type: str
+extends_documentation_fragment:
+  - llmserve.sglang.gpu_probe
+seealso:
+  - module: llmserve.sglang.gpu_info
+  - module: llmserve.sglang.sglang_startup_facts
+"""
+
+EXAMPLES = r"""
+- name: Fingerprint the server of sglang.service
+  llmserve.sglang.kv_fingerprint:
+  register: fp
+
+- name: Re-tune only when the memory picture changed
+  ansible.builtin.debug:
+    msg: "retune: {{ fp.fingerprint_hash != ansible_local.sglang_kv['sglang.service'].fingerprint_hash }}"
+"""
+
+RETURN = r"""
+fingerprint:
+  description: The fingerprint, in sections C(gpu), C(versions), C(model) and C(server_args).
+  returned: success
+  type: dict
+  sample: {"gpu": {"name": "NVIDIA H200", "count": 8, "memory_total_mib": 143771},
+           "versions": {"driver": "580.95.05", "cuda": "13.0", "sglang": "0.5.9"},
+           "model": {"path": "/models/deepseek-v3", "config_sha256": "9f2c...", "revision": null},
+           "server_args": {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3"}}
+fingerprint_hash:
+  description: sha256 of the canonical JSON of RV(fingerprint).
+  returned: success
+  type: str
+  sample: 5d41402abc4b2a76b9719d911017c592ae2b0b5ab0d1b5a1f3f0b4c8d2f3e4a1
+server_args:
+  description: The server's arguments from its command line, keyed by flag name in snake_case, secrets left out.
+  returned: success
+  type: dict
+  sample: {"model_path": "/models/deepseek-v3", "tp_size": "8", "mem_fraction_static": "0.88", "port": "30000"}
+mem_fraction_static:
+  description: The C(--mem-fraction-static) on the command line; V(null) when SGLang picks its default.
+  returned: success
+  type: float
+  sample: 0.88
+api_key_set:
+  description: Whether the command line has an C(--api-key) (its value is not returned).
+  returned: success
+  type: bool
+  sample: false
+url:
+  description: Where the server answers on the host (C(0.0.0.0) and C(::) become the loopback address).
+  returned: success
+  type: str
+  sample: http://127.0.0.1:30000
+model_path:
+  description: The C(--model-path).
+  returned: success
+  type: str
+  sample: /models/deepseek-v3
+model_config:
+  description: The C(config.json) read; V(null) when the model path is a Hugging Face id, not a directory.
+  returned: success
+  type: str
+  sample: /models/deepseek-v3/config.json
+sglang_version:
+  description: The SGLang version of the server's interpreter.
+  returned: success
+  type: str
+  sample: 0.5.9
+main_pid:
+  description: The main process of the unit.
+  returned: success
+  type: int
+  sample: 4242
+invocation_id:
+  description: The unit's current invocation (it changes with every start).
+  returned: success
+  type: str
+  sample: 0b5cd4e2a1f34c7c9e2f6d5a4b3c2d1e
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import (
+    FingerprintError, fingerprint, fingerprint_hash, server_args_from_argv)
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
+
+_C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
+_VERSION_SNIPPET = "import json, sglang; print(json.dumps(str(sglang.__version__)))"
+
+
+def unit_state(module, unit):
+    """MainPID, ActiveState and InvocationID of ``unit`` (systemctl show)."""
+    systemctl = module.get_bin_path("systemctl", required=True)
+    rc, out, err = module.run_command([systemctl, "show", unit, "--property=MainPID,ActiveState,SubState,InvocationID"],
+                                      environ_update=_C_LOCALE)
+    if rc != 0:
+        module.fail_json(msg="systemctl show %s failed (rc %d): %s" % (unit, rc, err.strip()))
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def read_argv(pid):
+    with open("/proc/%d/cmdline" % pid, "rb") as handle:
+        raw = handle.read()
+    return [word.decode("utf-8", "replace") for word in raw.split(b"\0") if word]
+
+
+def probe_url(args):
+    host = str(args.get("host") or "127.0.0.1")
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = "[%s]" % host
+    return "http://%s:%s" % (host, args.get("port") or 30000)
+
+
+def model_config_text(module, model_path):
+    """(path, text) of the model's config.json; (None, None) for a Hugging Face id (org/name, not on disk)."""
+    if os.path.isdir(model_path):
+        path = os.path.join(model_path, "config.json")
+        if not os.path.isfile(path):
+            module.fail_json(msg="the model directory %s has no config.json: the model is missing or incomplete "
+                                 "(nothing was restarted)" % model_path)
+        with open(path, "rb") as handle:
+            return path, handle.read()
+    if model_path.startswith(("/", ".", "~")) or os.path.exists(model_path):
+        module.fail_json(msg="the model path %s of the running server does not exist on the host: the model was "
+                             "moved or deleted, a restart would fail (nothing was restarted)" % model_path)
+    return None, None
+
+
+def sglang_version(module, python):
+    rc, out, err = module.run_command([python, "-c", _VERSION_SNIPPET], environ_update=_C_LOCALE)
+    if rc != 0:
+        module.fail_json(msg="cannot read the SGLang version with the server's interpreter %s (rc %d): %s"
+                             % (python, rc, (err or out).strip()[-500:]))
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        module.fail_json(msg="the server's interpreter %s printed no SGLang version: %r" % (python, out[-200:]))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            unit=dict(type="str", default="sglang.service"),
+            model_revision=dict(type="str"),
+            nvidia_smi=dict(type="path"),
+            prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
+        ),
+        supports_check_mode=True,
+    )
+    unit = module.params["unit"]
+    state = unit_state(module, unit)
+    pid = int(state.get("MainPID") or 0)
+    if state.get("ActiveState") != "active" or pid == 0:
+        module.fail_json(msg="%s is not running (ActiveState=%s, SubState=%s): start it before fingerprinting"
+                             % (unit, state.get("ActiveState"), state.get("SubState")))
+    try:
+        argv = read_argv(pid)
+    except OSError as exc:
+        module.fail_json(msg="cannot read the command line of %s (pid %d): %s" % (unit, pid, exc))
+    args = server_args_from_argv(argv)
+    model_path = args.get("model_path")
+    if not isinstance(model_path, str) or not model_path:
+        module.fail_json(msg="the command line of %s has no --model-path: %s" % (unit, " ".join(argv[:3])))
+    config_path, config_text = model_config_text(module, model_path)
+    version = sglang_version(module, argv[0])
+
+    def run_command(command):
+        return module.run_command(command, environ_update=_C_LOCALE)
+
+    try:
+        gpus = probe(run_command=run_command, nvidia_smi=module.params["nvidia_smi"], prefer=module.params["prefer"],
+                     which=module.get_bin_path)
+        fp = fingerprint(gpus["gpus"], gpus["driver_version"], gpus["cuda_driver_version"], version, model_path,
+                         config_text=config_text, model_revision=module.params["model_revision"], server_args=args)
+    except (GpuProbeError, FingerprintError) as exc:
+        module.fail_json(msg="cannot fingerprint %s: %s" % (unit, exc))
+    mfs = args.get("mem_fraction_static")
+    try:
+        mfs = float(mfs) if mfs is not None else None
+    except (TypeError, ValueError):
+        module.fail_json(msg="the command line of %s has --mem-fraction-static %r, not a number" % (unit, mfs))
+    module.exit_json(
+        changed=False, fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args,
+        mem_fraction_static=mfs, api_key_set="--api-key" in argv or any(w.startswith("--api-key=") for w in argv),
+        url=probe_url(args), model_path=model_path, model_config=config_path, sglang_version=version,
+        main_pid=pid, invocation_id=state.get("InvocationID") or None)
+
+
+if __name__ == "__main__":
+    main()

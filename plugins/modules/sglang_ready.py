@@ -1,0 +1,168 @@
+#!/usr/bin/python
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_ready
+short_description: Wait until an SGLang server answers a real generation, or stop as soon as its unit has failed
+version_added: 0.1.0
+author:
+  - llmserve.sglang contributors (@llmserve)
+description:
+  - "Polls the server every O(interval) seconds with C(POST /generate) (one new token), or C(GET /health_generate),
+    until it answers with HTTP 200, for at most O(timeout) seconds. C(/health) alone is not trusted, it can answer
+    while the engine hangs."
+  - With O(unit), checks the systemd unit between polls and stops at once when it is no longer starting or running
+    (C(failed), C(inactive)) or when systemd restarted it (a crash during startup). A server that cannot start is
+    reported in seconds, not after O(timeout).
+  - Not becoming ready is a result (RV(ready=false) with RV(reason)), not a module failure, so that a caller can
+    classify it; the module fails only on invalid options.
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: It only reads; it behaves the same in check mode.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in diff mode).
+    support: none
+options:
+  url:
+    description: Base URL of the server.
+    type: str
+    default: http://127.0.0.1:30000
+  api_key:
+    description: The server's C(--api-key), sent as a bearer token.
+    type: str
+  unit:
+    description: The systemd unit of the server, watched between polls.
+    type: str
+  timeout:
+    description: Seconds to wait in all.
+    type: float
+    default: 1800
+  interval:
+    description: Seconds between polls.
+    type: float
+    default: 2
+  check:
+    description: V(generate) posts a one-token generation; V(health_generate) asks C(/health_generate).
+    type: str
+    choices: [generate, health_generate]
+    default: generate
+seealso:
+  - module: llmserve.sglang.sglang_startup_facts
+"""
+
+EXAMPLES = r"""
+- name: Wait up to 30 minutes for the server of sglang.service
+  llmserve.sglang.sglang_ready:
+    unit: sglang.service
+    timeout: 1800
+  register: ready
+
+- name: Stop when it did not come up
+  ansible.builtin.fail:
+    msg: "{{ ready.reason }}"
+  when: not ready.ready
+"""
+
+RETURN = r"""
+ready:
+  description: Whether the server answered with HTTP 200 within the timeout.
+  returned: always
+  type: bool
+  sample: true
+reason:
+  description: Why it is not ready (V(timeout), V(unit_failed), V(unit_restarted)); V(null) when ready.
+  returned: always
+  type: str
+  sample: unit_failed
+detail:
+  description: The unit's state or the last HTTP error, for the report.
+  returned: always
+  type: str
+  sample: "ActiveState=failed SubState=failed Result=exit-code"
+elapsed_s:
+  description: Seconds waited.
+  returned: always
+  type: float
+  sample: 41.2
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+
+_C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
+
+
+def unit_state(module, unit):
+    rc, out, dummy = module.run_command(["systemctl", "show", unit, "--property=ActiveState,SubState,Result,NRestarts"],
+                                        environ_update=_C_LOCALE)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+
+
+def poll(url, check, api_key, timeout):
+    """None when the server generated, else a short error text."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    try:
+        if check == "generate":
+            body = json.dumps({"text": "Hello", "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+            response = open_url(url.rstrip("/") + "/generate", data=body, headers=headers, method="POST",
+                                timeout=timeout)
+        else:
+            response = open_url(url.rstrip("/") + "/health_generate", headers=headers, timeout=timeout)
+        return None if response.getcode() == 200 else "HTTP %s" % response.getcode()
+    except Exception as exc:  # pylint: disable=broad-except
+        # Connection refused, HTTP 503 while loading, a timeout: all mean "not yet".
+        return "%s: %s" % (type(exc).__name__, exc)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", default="http://127.0.0.1:30000"),
+            api_key=dict(type="str", no_log=True),
+            unit=dict(type="str"),
+            timeout=dict(type="float", default=1800),
+            interval=dict(type="float", default=2),
+            check=dict(type="str", choices=["generate", "health_generate"], default="generate"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["timeout"] <= 0 or params["interval"] <= 0:
+        module.fail_json(msg="timeout and interval must be > 0, got %s and %s" % (params["timeout"], params["interval"]))
+    unit = params["unit"]
+    start = time.monotonic()
+    restarts = unit_state(module, unit).get("NRestarts") if unit else None
+    last_error = None
+    while True:
+        elapsed = time.monotonic() - start
+        left = params["timeout"] - elapsed
+        last_error = poll(params["url"], params["check"], params["api_key"], max(1.0, min(30.0, left)))
+        if last_error is None:
+            module.exit_json(changed=False, ready=True, reason=None, detail="HTTP 200", elapsed_s=round(elapsed, 1))
+        if unit:
+            state = unit_state(module, unit)
+            detail = " ".join("%s=%s" % item for item in sorted(state.items()))
+            if state.get("ActiveState") in ("failed", "inactive"):
+                module.exit_json(changed=False, ready=False, reason="unit_failed", detail=detail,
+                                 elapsed_s=round(time.monotonic() - start, 1))
+            if restarts is not None and state.get("NRestarts") not in (None, restarts):
+                module.exit_json(changed=False, ready=False, reason="unit_restarted", detail=detail,
+                                 elapsed_s=round(time.monotonic() - start, 1))
+        if time.monotonic() - start + params["interval"] > params["timeout"]:
+            module.exit_json(changed=False, ready=False, reason="timeout", detail=last_error,
+                             elapsed_s=round(time.monotonic() - start, 1))
+        time.sleep(params["interval"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller-side helper for the filters."""
+from __future__ import annotations
+
+
+def plain(value):
+    """A deep copy in plain Python types. Jinja hands filters its own int/float/str subclasses (AnsibleUnsafe text,
+    tagged values); the pure library wants plain ones, and a copy keeps it from changing a fact in place."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
