@@ -29,7 +29,7 @@ MOLECULE_SCENARIOS ?= nvidia_driver sglang
 .PHONY: help venv system-deps demo test lint sanity units functional sim simhosts molecule wheelhouse build bench clean
 
 help:
-	@echo "make demo        a simulated field-case GPU host deployed by site.yml, and its capacity report"
+	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
 	@echo "make test        lint + sanity + units + functional + sim + simhosts + molecule + build (what CI runs)"
 	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | bench | clean"
 	@echo "make sim-up [N=4] [PROFILE=field] | sim-down | sim-status   simulated GPU hosts"
@@ -69,13 +69,15 @@ sim-up: wheelhouse
 
 # --- the main job ---------------------------------------------------------------------------------
 # A simulated 8x RTX PRO 6000 host of the field case (tools/sglang_sim, tools/simhosts), deployed by site.yml
-# (driver, SGLang, systemd unit at the field's --mem-fraction-static 0.88), then its capacity report, read over
-# ssh from its journal and nvidia-smi.
+# (driver, SGLang, systemd unit at the field's --mem-fraction-static 0.88), its capacity report, read over ssh
+# from its journal and nvidia-smi, then the tuner: before -> after, reports and plot in kv_tune_reports/.
+# A second `make demo` finds the pin still valid and restarts nothing.
 demo: venv
 	$(MAKE) --no-print-directory sim-up N=1 PROFILE=field
 	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/sim
 	$(BIN)/ansible-playbook playbooks/capacity_report.yml -i inventories/sim \
 	  -e capacity_report_sglang_version=0.5.9 -e capacity_report_target_tokens=250000
+	$(BIN)/ansible-playbook playbooks/tune_kv.yml -i inventories/sim
 
 # --- tests -----------------------------------------------------------------------------------------
 test: lint sanity units functional sim simhosts molecule build
@@ -126,4 +128,4 @@ bench: venv
 	$(BIN)/python bench/bench_engine.py | tee bench/results.md
 
 clean:
-	rm -rf .tmp tests/output .pytest_cache
+	rm -rf .tmp tests/output .pytest_cache kv_tune_reports

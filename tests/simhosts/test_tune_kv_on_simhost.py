@@ -1,0 +1,304 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""playbooks/tune_kv.yml on three simulated hosts (prefix simtune): the field case (8x RTX PRO 6000, Kimi-K2.5),
+8x H100 with Llama-3.1-70B and 8x H200 with DeepSeek-V3, deployed by site.yml with inventories/sim's variables.
+
+Judged against the simulator's oracle (sglang-sim-oracle on the host: the largest value whose stress load keeps the
+same safety margin), from ansible-runner's stats, the unit's InvocationID (a restart changes it), the drop-in, the
+local fact and the reports. The tests run in file order and build on each other's state (a tuned fleet first).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_collection_on_simhost import play
+from test_simhosts import REPO, _cannot_run_nspawn, simhosts, simulator_wheelhouse
+
+PREFIX = "simtune"
+PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b", f"{PREFIX}3": "h200-deepseek-v3"}
+FIELD = f"{PREFIX}1"
+RESOLUTION = 0.005
+SAFETY_GIB = 1.0
+PIN_DROPIN = "/etc/systemd/system/sglang.service.d/50-kv-tune.conf"
+TRIAL_DROPIN = "/run/systemd/system/sglang.service.d/90-kv-trial.conf"
+HOST_JSON = "/etc/sglang-sim/host.json"
+
+pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("simtune")
+    wheelhouse = simulator_wheelhouse(tmp)
+    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", tmp / "group_vars")
+    simhosts("up", "--count", str(len(PROFILES)), "--prefix", PREFIX, "--profile", ",".join(PROFILES.values()),
+             "--inventory", str(tmp / "hosts.yml"), "--wheelhouse", wheelhouse)
+    try:
+        site = play(tmp, playbook=REPO / "playbooks" / "site.yml")
+        assert site.status == "successful", site.stdout[-5000:]
+        yield tmp
+    finally:
+        simhosts("down", "--prefix", PREFIX, check=False)
+
+
+def tune(fleet: Path, reports: Path, limit: str | None = None, **extravars):
+    extravars = {"kv_tune_report_dir": str(reports), **extravars}
+    if limit:
+        extravars["kv_tune_hosts"] = limit
+    return play(fleet, playbook=REPO / "playbooks" / "tune_kv.yml", extravars=extravars)
+
+
+def ssh(host: str, command: str, stdin: str | None = None, check: bool = True) -> str:
+    """stdout of a shell command line on a host (over the tool's ssh; ``command`` is one shell line)."""
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "simhosts" / "simhosts.py"), "ssh", host, "--", command],
+                          input=stdin, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 or not check, f"{host}: {command}: {proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def invocation(host: str) -> str:
+    return ssh(host, "systemctl show --property=InvocationID --value sglang.service").strip()
+
+
+def server_argv(host: str) -> list[str]:
+    pid = ssh(host, "systemctl show --property=MainPID --value sglang.service").strip()
+    return [word for word in ssh(host, f"cat /proc/{pid}/cmdline").split("\0") if word]
+
+
+def running_fraction(host: str) -> float | None:
+    argv = server_argv(host)
+    return float(argv[argv.index("--mem-fraction-static") + 1]) if "--mem-fraction-static" in argv else None
+
+
+def fact(host: str) -> dict:
+    return json.loads(ssh(host, "cat /etc/ansible/facts.d/sglang_kv.fact"))["sglang.service"]
+
+
+def trial_left(host: str) -> bool:
+    return ssh(host, f"test -e {TRIAL_DROPIN} && echo yes || echo no").strip() == "yes"
+
+
+def oracle_max(host: str) -> float:
+    """The simulator's ground truth for the server's own launch arguments, at the tuner's margin and grid."""
+    argv = server_argv(host)
+    args = argv[argv.index("-m") + 2:]
+    if "--mem-fraction-static" in args:
+        index = args.index("--mem-fraction-static")
+        del args[index:index + 2]
+    out = ssh(host, " ".join(["/opt/sglang-sim/bin/sglang-sim-oracle", "--host", HOST_JSON, *args,
+                              "--safety-gib", str(SAFETY_GIB), "--resolution", str(RESOLUTION)]))
+    return json.loads(out)["max_mem_fraction_static"]
+
+
+def set_faults(host: str, **faults) -> None:
+    """Rewrite the simulated host's faults (and other host.json keys given as _key=value)."""
+    data = json.loads(ssh(host, f"cat {HOST_JSON}"))
+    data["faults"] = {key: value for key, value in faults.items() if not key.startswith("_")}
+    data.update({key[1:]: value for key, value in faults.items() if key.startswith("_")})
+    ssh(host, f"cat > {HOST_JSON}", stdin=json.dumps(data, indent=2) + "\n")
+
+
+def report(reports: Path, host: str) -> dict:
+    return json.loads((reports / f"{host}.json").read_text())
+
+
+# --- the fleet is tuned, pins agree, and a re-run does nothing ---------------------------------------------------
+
+def test_tune_each_profile_to_the_oracle_in_at_most_four_restarts(fleet, tmp_path):
+    run = tune(fleet, tmp_path)
+    assert run.status == "successful", run.stdout[-8000:]
+    for host, profile in PROFILES.items():
+        result = report(tmp_path, host)
+        truth = oracle_max(host)
+        pinned = fact(host)
+        assert result["status"] == "tuned", result
+        assert truth - RESOLUTION - 1e-9 <= pinned["mem_fraction_static"] <= truth + 1e-9, (profile, pinned, truth)
+        assert result["restarts"] <= 4, (profile, result["trials"])
+        assert running_fraction(host) == pytest.approx(pinned["mem_fraction_static"])
+        assert f"--mem-fraction-static {pinned['mem_fraction_static']:.3f}" in ssh(host, f"cat {PIN_DROPIN}")
+        assert not trial_left(host)
+        assert (tmp_path / f"{host}.md").read_text().count("| stable |") >= 1
+        assert (tmp_path / f"{host}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        if profile == "field":
+            assert result["before"]["mem_fraction_static"] == 0.88
+            assert result["after"]["tokens"] > result["before"]["tokens"]
+    assert "0.880 -> 0." in run.stdout and "restart" in run.stdout
+
+
+def test_the_pinned_value_holds_the_load(fleet):
+    run = play(fleet, tasks=[{"name": "stress", "llmserve.sglang.kv_stress": {"duration": 3}}])
+    assert run.status == "successful", run.stdout[-4000:]
+    # results keep the last host's; every host ran it without failing (status), the last one is checked in detail
+    stress = run.results["stress"]
+    assert stress["held"] and stress["min_free_gib"] >= SAFETY_GIB - 0.05, stress
+
+
+def test_second_run_changes_nothing_and_restarts_nothing(fleet, tmp_path):
+    started = {host: invocation(host) for host in PROFILES}
+    run = tune(fleet, tmp_path)
+    assert run.status == "successful", run.stdout[-8000:]
+    assert sum(run.stats.get("changed", {}).get(host, 0) for host in PROFILES) == 0, run.stats
+    assert {host: invocation(host) for host in PROFILES} == started
+    assert "fingerprint unchanged" in run.stdout
+
+
+def test_site_after_tuning_restarts_nothing(fleet):
+    started = invocation(FIELD)
+    run = play(fleet, playbook=REPO / "playbooks" / "site.yml", extravars={"site_hosts": FIELD})
+    assert run.status == "successful", run.stdout[-5000:]
+    assert run.stats.get("changed", {}).get(FIELD, 0) == 0, run.stats
+    assert invocation(FIELD) == started
+
+
+# --- the fingerprint decides ------------------------------------------------------------------------------------
+
+def test_a_driver_upgrade_retunes_that_host_only(fleet, tmp_path):
+    others = {host: invocation(host) for host in PROFILES if host != FIELD}
+    set_faults(FIELD, _driver_version="580.105.08")
+    run = tune(fleet, tmp_path)
+    assert run.status == "successful", run.stdout[-8000:]
+    assert "versions.driver" in report(tmp_path, FIELD)["why"]
+    assert fact(FIELD)["versions"]["driver"] == "580.105.08"
+    assert not (tmp_path / f"{PREFIX}2.json").exists()
+    assert {host: invocation(host) for host in others} == others
+
+
+# --- faults: each ends with the host serving its last-known-good value and a report ------------------------------
+
+def test_crash_under_load_backs_off_to_a_lower_value(fleet, tmp_path):
+    lkg = fact(FIELD)["mem_fraction_static"]
+    set_faults(FIELD, crash_after_requests=3, from_mem_fraction_static=0.9)
+    try:
+        run = tune(fleet, tmp_path, limit=FIELD, kv_tune_force=True, kv_tune_start=0.88, kv_tune_budget=4)
+        result = report(tmp_path, FIELD)
+        outcomes = [trial["outcome"] for trial in result["trials"]]
+        assert "crash" in outcomes, result["trials"]
+        assert run.status == "successful", run.stdout[-8000:]
+        assert result["after"]["mem_fraction_static"] < 0.9
+        assert running_fraction(FIELD) == pytest.approx(result["after"]["mem_fraction_static"])
+        assert lkg >= 0.9  # the earlier pin was above the crash line: the search did back off below it
+    finally:
+        set_faults(FIELD)
+
+
+def test_hang_at_startup_times_out_and_keeps_the_last_known_good(fleet, tmp_path):
+    lkg = fact(FIELD)["mem_fraction_static"]
+    set_faults(FIELD, hang_at_startup=True, from_mem_fraction_static=lkg + 0.004)
+    try:
+        run = tune(fleet, tmp_path, limit=FIELD, kv_tune_force=True, kv_tune_budget=2, kv_tune_ready_timeout=8,
+                   kv_tune_cap=lkg + 0.03, kv_tune_safety_gib=0.2)
+        result = report(tmp_path, FIELD)
+        assert [trial["outcome"] for trial in result["trials"]][1:] == ["timeout"], result["trials"]
+        assert run.status == "successful", run.stdout[-8000:]
+        assert running_fraction(FIELD) == pytest.approx(lkg)
+    finally:
+        set_faults(FIELD)
+
+
+def test_an_init_oom_start_value_is_raised_until_it_holds(fleet, tmp_path):
+    run = tune(fleet, tmp_path, limit=FIELD, kv_tune_force=True, kv_tune_start=0.75)
+    assert run.status == "successful", run.stdout[-8000:]
+    result = report(tmp_path, FIELD)
+    assert result["trials"][0]["outcome"] == "init_oom"
+    assert result["status"] == "tuned" and result["after"]["mem_fraction_static"] > 0.88
+    assert running_fraction(FIELD) == pytest.approx(result["after"]["mem_fraction_static"])
+
+
+def test_a_killed_controller_leaves_the_host_to_revert_by_itself(fleet, tmp_path):
+    lkg = fact(FIELD)["mem_fraction_static"]
+    # Every start now takes a minute: the controller is killed while it waits for the trial's server.
+    set_faults(FIELD, slow_start_s=60, from_mem_fraction_static=0.5)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=str(Path(sys.prefix) / "collections"))
+    extravars = {"kv_tune_report_dir": str(tmp_path), "kv_tune_hosts": FIELD, "kv_tune_force": True,
+                 "kv_tune_start": round(lkg - 0.02, 3), "kv_tune_ready_timeout": 30, "kv_tune_confirm_timeout": 40}
+    controller = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(fleet), str(REPO / "playbooks" / "tune_kv.yml"),
+         "-e", json.dumps(extravars)], env=env, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not trial_left(FIELD):
+            time.sleep(1)
+        assert trial_left(FIELD), "no trial started"
+        time.sleep(3)  # the trial's restart: the server is now loading the unverified value
+        os.killpg(controller.pid, signal.SIGKILL)
+        controller.wait(30)
+        set_faults(FIELD)  # the revert's restart is quick again
+        # The host alone: the timer fires 40 s after it was armed, removes the drop-in and restarts the unit.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and trial_left(FIELD):
+            time.sleep(3)
+        assert not trial_left(FIELD), "the host did not revert the unconfirmed trial"
+        ready = play(fleet, tasks=[{"name": "ready", "llmserve.sglang.sglang_ready": {"unit": "sglang.service",
+                                                                                      "timeout": 120}}])
+        assert ready.results["ready"]["ready"], ready.results
+        assert running_fraction(FIELD) == pytest.approx(lkg)
+    finally:
+        if controller.poll() is None:
+            os.killpg(controller.pid, signal.SIGKILL)
+        set_faults(FIELD)
+
+
+def test_an_unreachable_host_is_reported_and_the_others_proceed(fleet, tmp_path):
+    inventory = tmp_path / "inventory"
+    shutil.copytree(fleet / "group_vars", inventory / "group_vars")
+    hosts = yaml.safe_load((fleet / "hosts.yml").read_text())
+    hosts["sim"]["hosts"]["gone1"] = {"ansible_host": "198.18.250.2", "sim_profile": "field"}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    run = play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
+               extravars={"kv_tune_report_dir": str(tmp_path / "reports"), "ansible_ssh_timeout": 5})
+    assert run.stats.get("dark", {}).get("gone1"), run.stats
+    summary = {row["host"]: row for row in json.loads((tmp_path / "reports" / "summary.json").read_text())}
+    assert summary["gone1"]["status"].startswith("not tuned")
+    assert summary[FIELD]["status"] == "unchanged"
+
+
+# --- bad input: a clear error, nothing restarted -----------------------------------------------------------------
+
+@pytest.mark.parametrize("extravars, message", [
+    ({"kv_tune_start": 1.2}, "kv_tune_start must lie strictly between 0 and 1"),
+    ({"kv_tune_start": 0.0}, "kv_tune_start must lie strictly between 0 and 1"),
+    ({"kv_tune_start": 0.9, "kv_tune_cap": 0.85}, "is below kv_tune_start"),
+])
+def test_bad_values_fail_before_any_restart(fleet, tmp_path, extravars, message):
+    started = invocation(FIELD)
+    run = tune(fleet, tmp_path, limit=FIELD, kv_tune_force=True, **extravars)
+    assert run.status == "failed" and message in run.stdout, run.stdout[-4000:]
+    assert invocation(FIELD) == started
+
+
+def test_a_missing_model_fails_before_any_restart(fleet, tmp_path):
+    started = invocation(FIELD)
+    ssh(FIELD, "mv /models/field/model /models/field/model.away")
+    try:
+        run = tune(fleet, tmp_path, limit=FIELD, kv_tune_force=True)
+        assert run.status == "failed" and "does not exist on the host" in run.stdout, run.stdout[-4000:]
+    finally:
+        ssh(FIELD, "mv /models/field/model.away /models/field/model")
+    assert invocation(FIELD) == started
+
+
+def test_an_unknown_dtype_fails_before_any_restart(fleet, tmp_path):
+    started = invocation(FIELD)
+    config = "/models/field/model/config.json"
+    ssh(FIELD, f"cp {config} {config}.orig")
+    ssh(FIELD, f"""sed -i 's/"\\(torch_\\)\\{{0,1\\}}dtype": *"bfloat16"/"\\1dtype": "float7"/g' {config}""")
+    assert "float7" in ssh(FIELD, f"cat {config}")
+    try:
+        run = tune(fleet, tmp_path, limit=FIELD)
+        assert run.status == "failed" and "float7" in run.stdout, run.stdout[-4000:]
+    finally:
+        ssh(FIELD, f"mv {config}.orig {config}")
+    assert invocation(FIELD) == started
