@@ -26,12 +26,12 @@ export SIM_WHEELHOUSE := $(WHEELHOUSE)
 
 MOLECULE_SCENARIOS ?= nvidia_driver sglang
 
-.PHONY: help venv system-deps demo test lint sanity units functional sim simhosts molecule wheelhouse build bench clean
+.PHONY: help venv system-deps demo test lint sanity units functional sim simhosts molecule wheelhouse build bench bench-tune clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
 	@echo "make test        lint + sanity + units + functional + sim + simhosts + molecule + build (what CI runs)"
-	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | bench | clean"
+	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | bench | bench-tune | clean"
 	@echo "make sim-up [N=4] [PROFILE=field] | sim-down | sim-status   simulated GPU hosts"
 
 # --- setup -------------------------------------------------------------------------------------------
@@ -126,6 +126,10 @@ build: venv
 # Measurements quoted in README.md (never asserted in tests).
 bench: venv
 	$(BIN)/python bench/bench_engine.py | tee bench/results.md
+
+# The tuner end to end on three simulated hosts (root: systemd-nspawn).
+bench-tune: venv wheelhouse
+	$(BIN)/python bench/bench_tune.py | tee bench/results-tune.md
 
 clean:
 	rm -rf .tmp tests/output .pytest_cache kv_tune_reports

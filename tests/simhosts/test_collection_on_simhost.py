@@ -41,14 +41,14 @@ class Played:
 
 
 def play(inventory: Path, tasks: list | None = None, playbook: Path | None = None,
-         extravars: dict | None = None) -> Played:
-    """Run tasks (or a playbook) on the host through ansible-runner."""
+         extravars: dict | None = None, cmdline: str | None = None) -> Played:
+    """Run tasks (or a playbook) on the host through ansible-runner; ``cmdline``: more ansible-playbook options."""
     private = Path(tempfile.mkdtemp(prefix="simint-runner-"))
     try:
         return Played(ansible_runner.run(
             private_data_dir=str(private), inventory=str(inventory), quiet=True, timeout=600,
             playbook=str(playbook) if playbook else [{"hosts": "all", "gather_facts": False, "tasks": tasks}],
-            project_dir=str(REPO), extravars=extravars or {},
+            project_dir=str(REPO), extravars=extravars or {}, cmdline=cmdline,
             envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
                      "ANSIBLE_COLLECTIONS_PATH": str(Path(sys.prefix) / "collections")}))
     finally:

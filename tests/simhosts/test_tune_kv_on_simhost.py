@@ -52,11 +52,11 @@ def fleet(tmp_path_factory):
         simhosts("down", "--prefix", PREFIX, check=False)
 
 
-def tune(fleet: Path, reports: Path, limit: str | None = None, **extravars):
+def tune(fleet: Path, reports: Path, limit: str | None = None, cmdline: str | None = None, **extravars):
     extravars = {"kv_tune_report_dir": str(reports), **extravars}
     if limit:
         extravars["kv_tune_hosts"] = limit
-    return play(fleet, playbook=REPO / "playbooks" / "tune_kv.yml", extravars=extravars)
+    return play(fleet, playbook=REPO / "playbooks" / "tune_kv.yml", extravars=extravars, cmdline=cmdline)
 
 
 def ssh(host: str, command: str, stdin: str | None = None, check: bool = True) -> str:
@@ -151,6 +151,14 @@ def test_second_run_changes_nothing_and_restarts_nothing(fleet, tmp_path):
     assert sum(run.stats.get("changed", {}).get(host, 0) for host in PROFILES) == 0, run.stats
     assert {host: invocation(host) for host in PROFILES} == started
     assert "fingerprint unchanged" in run.stdout
+
+
+def test_check_mode_says_it_would_tune_and_restarts_nothing(fleet, tmp_path):
+    started = invocation(FIELD)
+    run = tune(fleet, tmp_path, limit=FIELD, cmdline="--check", kv_tune_force=True)
+    assert run.status == "successful", run.stdout[-4000:]
+    assert "would be tuned (kv_tune_force)" in run.stdout
+    assert invocation(FIELD) == started and not (tmp_path / f"{FIELD}.json").exists()
 
 
 def test_site_after_tuning_restarts_nothing(fleet):

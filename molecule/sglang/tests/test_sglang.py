@@ -137,7 +137,10 @@ def test_exec_start_from_the_server_args(host):
     exec_start = [line for line in host.file(UNIT_FILE).content_string.splitlines() if line.startswith("ExecStart=")]
     assert exec_start == [
         "ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/single-gpu/model "
-        "--host 0.0.0.0 --port 30000 --served-model-name llama-3.1-8b --tp-size 1 --api-key ${SGLANG_API_KEY}"]
+        "--host 0.0.0.0 --port 30000 --served-model-name llama-3.1-8b --tp-size 1 $LLMSERVE_KV_ARGS "
+        "--api-key ${SGLANG_API_KEY}"]
+    # No --mem-fraction-static set: the variable is empty (SGLang's default); the KV tuner's drop-ins override it.
+    assert 'Environment="LLMSERVE_KV_ARGS="' in host.file(UNIT_FILE).content_string.splitlines()
 
 
 def test_server_uses_its_sandbox(host):

@@ -15,7 +15,8 @@ from ansible_collections.llmserve.sglang.plugins.filter import kv_fingerprint as
 from ansible_collections.llmserve.sglang.plugins.filter import kv_search as search_filter
 
 FILTERS = search_filter.FilterModule().filters()
-START, RECORD = FILTERS["kv_search_start"], FILTERS["kv_search_record"]
+START = FILTERS["kv_search_start"]
+RECORD = FILTERS["kv_search_record"]
 
 
 def test_field_case_converges_through_json_round_trips():

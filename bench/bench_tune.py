@@ -1,0 +1,102 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Measure the tuner end to end on simulated hosts: three hosts (field, H100 + Llama-3.1-70B, H200 + DeepSeek-V3)
+deployed by site.yml, then playbooks/tune_kv.yml twice. Per host: before -> after, KV tokens, restarts, trials, the
+simulator oracle's largest value at the same margin and grid; and the wall time of both runs.
+
+    .venv/bin/python bench/bench_tune.py      # needs root (systemd-nspawn); `make bench-tune` writes bench/results-tune.md
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SIMHOSTS = [sys.executable, str(REPO / "tools" / "simhosts" / "simhosts.py")]
+PREFIX = "benchtune"
+PROFILES = ["field", "h100-llama70b", "h200-deepseek-v3"]
+SAFETY_GIB, RESOLUTION = 1.0, 0.005
+
+
+def run(argv, **kwargs):
+    return subprocess.run(argv, capture_output=True, text=True, check=True, **kwargs)
+
+
+def ssh(host, command):
+    return run(SIMHOSTS + ["ssh", host, "--", command]).stdout
+
+
+def oracle_max(host):
+    pid = ssh(host, "systemctl show --property=MainPID --value sglang.service").strip()
+    argv = [word for word in ssh(host, f"cat /proc/{pid}/cmdline").split("\0") if word]
+    args = argv[argv.index("-m") + 2:]
+    index = args.index("--mem-fraction-static")
+    del args[index:index + 2]
+    out = ssh(host, " ".join(["/opt/sglang-sim/bin/sglang-sim-oracle", "--host", "/etc/sglang-sim/host.json", *args,
+                              "--safety-gib", str(SAFETY_GIB), "--resolution", str(RESOLUTION)]))
+    return json.loads(out)["max_mem_fraction_static"]
+
+
+def playbook(inventory, name, reports):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), PATH=f"{BIN}:{os.environ['PATH']}")
+    started = time.monotonic()
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / name),
+                           "-e", f"kv_tune_report_dir={reports}"], capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        sys.exit(f"{name} failed:\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
+    return time.monotonic() - started, proc.stdout
+
+
+def trial_free(trial):
+    return "" if trial["min_free_gib"] is None else ", %.2f" % trial["min_free_gib"]
+
+
+def main():
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tune-"))
+    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", tmp / "group_vars")
+    wheelhouse = os.environ.get("SIM_WHEELHOUSE", str(REPO / ".tmp" / "wheelhouse"))
+    run(SIMHOSTS + ["up", "--count", str(len(PROFILES)), "--prefix", PREFIX, "--profile", ",".join(PROFILES),
+                    "--inventory", str(tmp / "hosts.yml"), "--wheelhouse", wheelhouse])
+    try:
+        playbook(tmp, "site.yml", tmp / "reports")
+        first, _ = playbook(tmp, "tune_kv.yml", tmp / "reports")
+        second, out = playbook(tmp, "tune_kv.yml", tmp / "reports-again")
+        rows = []
+        for index, profile in enumerate(PROFILES, start=1):
+            host = f"{PREFIX}{index}"
+            report = json.loads((tmp / "reports" / f"{host}.json").read_text())
+            rows.append((profile, report, oracle_max(host)))
+        changed = [line for line in out.splitlines() if line.startswith(PREFIX) and "changed=0" not in line]
+    finally:
+        run(SIMHOSTS + ["down", "--prefix", PREFIX])
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print("# Tuner on simulated hosts: measured\n")
+    print("Machine: %s, %d cores, Python %s. Command: `make bench-tune` (three simulated hosts, tune_kv.yml twice; "
+          "safety margin %.1f GiB, grid %.3f, %s s of load per trial).\n"
+          % (platform.machine(), os.cpu_count(), platform.python_version(), SAFETY_GIB, RESOLUTION, "3"))
+    print("| profile | before | after | oracle max | KV tokens before -> after | restarts | trials (f: outcome, min free GiB) |")
+    print("|---|---:|---:|---:|---|---:|---|")
+    for profile, report, truth in rows:
+        trials = "; ".join("%.3f: %s%s" % (t["f"], t["outcome"], trial_free(t)) for t in report["trials"])
+        before, after = report["before"], report["after"]
+        gain = 100.0 * (after["tokens"] - before["tokens"]) / before["tokens"]
+        print("| %s | %.3f | %.3f | %.3f | %s -> %s (%+.0f%%) | %d | %s |" % (
+            profile, before["mem_fraction_static"], after["mem_fraction_static"], truth,
+            "{:,}".format(before["tokens"]), "{:,}".format(after["tokens"]), gain, report["restarts"], trials))
+    note = " (CHANGED on the second run: %s)" % changed if changed else ""
+    print("\nWall time of `tune_kv.yml` on the three hosts at once: first run %.1f s; second run (fingerprints "
+          "unchanged, nothing restarted) %.1f s%s." % (first, second, note))
+
+
+if __name__ == "__main__":
+    main()
