@@ -62,14 +62,15 @@ def trial_free(trial):
 
 def main():
     tmp = Path(tempfile.mkdtemp(prefix="bench-tune-"))
-    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", tmp / "group_vars")
+    inventory = tmp / "inventory"   # a directory of its own: Ansible reads every file in it as inventory
+    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", inventory / "group_vars")
     wheelhouse = os.environ.get("SIM_WHEELHOUSE", str(REPO / ".tmp" / "wheelhouse"))
     run(SIMHOSTS + ["up", "--count", str(len(PROFILES)), "--prefix", PREFIX, "--profile", ",".join(PROFILES),
-                    "--inventory", str(tmp / "hosts.yml"), "--wheelhouse", wheelhouse])
+                    "--inventory", str(inventory / "hosts.yml"), "--wheelhouse", wheelhouse])
     try:
-        playbook(tmp, "site.yml", tmp / "reports")
-        first, _ = playbook(tmp, "tune_kv.yml", tmp / "reports")
-        second, out = playbook(tmp, "tune_kv.yml", tmp / "reports-again")
+        playbook(inventory, "site.yml", tmp / "reports")
+        first, _ = playbook(inventory, "tune_kv.yml", tmp / "reports")
+        second, out = playbook(inventory, "tune_kv.yml", tmp / "reports-again")
         rows = []
         for index, profile in enumerate(PROFILES, start=1):
             host = f"{PREFIX}{index}"
