@@ -69,7 +69,7 @@ def main():
                     "--inventory", str(inventory / "hosts.yml"), "--wheelhouse", wheelhouse])
     try:
         playbook(inventory, "site.yml", tmp / "reports")
-        first, _ = playbook(inventory, "tune_kv.yml", tmp / "reports")
+        first = playbook(inventory, "tune_kv.yml", tmp / "reports")[0]
         second, out = playbook(inventory, "tune_kv.yml", tmp / "reports-again")
         rows = []
         for index, profile in enumerate(PROFILES, start=1):

@@ -310,3 +310,18 @@ def test_an_unknown_dtype_fails_before_any_restart(fleet, tmp_path):
     finally:
         ssh(FIELD, f"mv {config}.orig {config}")
     assert invocation(FIELD) == started
+
+
+def test_a_unit_that_ignores_the_tuner_is_refused_before_any_restart(fleet, tmp_path):
+    """A unit not rendered by sglang_service (no $LLMSERVE_KV_ARGS in ExecStart) would run every trial at its old
+    value: the tuner refuses it."""
+    unit = "/etc/systemd/system/sglang-bare.service"
+    ssh(FIELD, f"cat > {unit}", stdin="[Service]\nExecStart=/bin/sleep infinity\n")
+    ssh(FIELD, "systemctl daemon-reload")
+    try:
+        run = tune(fleet, tmp_path, limit=FIELD, kv_tune_unit="sglang-bare.service")
+        assert run.status == "failed" and "cannot be tuned: its ExecStart does not end with" in run.stdout, \
+            run.stdout[-4000:]
+        assert ssh(FIELD, "systemctl is-active sglang-bare.service", check=False).strip() == "inactive"
+    finally:
+        ssh(FIELD, f"rm -f {unit} && systemctl daemon-reload")
