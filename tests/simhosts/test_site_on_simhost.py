@@ -67,3 +67,14 @@ def test_server_runs_as_sglang_not_root(inventory):
         "argv": ["ps", "-o", "user=", "-C", "python"]}}])
     users = set(ps_run.results["ps"]["stdout"].split())
     assert users == {"sglang"}, users
+
+
+def test_a_server_that_cannot_start_fails_fast_with_the_classified_reason(inventory):
+    """--mem-fraction-static 0.75 leaves no KV budget on the field host (init OOM): the readiness wait stops on the
+    failed start, long before its 1800 s timeout, and names the failure; the next run with the good value recovers."""
+    bad = play(inventory, playbook=REPO / "playbooks" / "site.yml", extravars={"sglang_service_mem_fraction_static": 0.75})
+    assert bad.status == "failed", bad.stdout[-4000:]
+    assert "Startup failure: init_oom" in bad.stdout and "Raise --mem-fraction-static" in bad.stdout, bad.stdout[-4000:]
+    assert "(unit_failed after" in bad.stdout or "(unit_restarted after" in bad.stdout, bad.stdout[-4000:]  # not a timeout
+    good = play(inventory, playbook=REPO / "playbooks" / "site.yml")
+    assert good.status == "successful", good.stdout[-4000:]
