@@ -218,6 +218,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import (
     GpuProbeError,
     probe,
 )
+from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
 
 
 def build_module() -> AnsibleModule:
@@ -234,7 +235,7 @@ def main() -> None:
     module = build_module()
 
     def run_command(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"})
+        return module.run_command(argv, environ_update=C_LOCALE)
 
     def which(name):
         return module.get_bin_path(name)

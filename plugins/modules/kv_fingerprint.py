@@ -129,19 +129,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import (
     FingerprintError, fingerprint, fingerprint_hash, server_args_from_argv)
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
-
-_C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
+from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
+    C_LOCALE, SystemctlError, unit_properties)
 _VERSION_SNIPPET = "import json, sglang; print(json.dumps(str(sglang.__version__)))"
-
-
-def unit_state(module, unit):
-    """MainPID, ActiveState and InvocationID of ``unit`` (systemctl show)."""
-    systemctl = module.get_bin_path("systemctl", required=True)
-    rc, out, err = module.run_command([systemctl, "show", unit, "--property=MainPID,ActiveState,SubState,InvocationID"],
-                                      environ_update=_C_LOCALE)
-    if rc != 0:
-        module.fail_json(msg="systemctl show %s failed (rc %d): %s" % (unit, rc, err.strip()))
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 def read_argv(pid):
@@ -175,7 +165,7 @@ def model_config_text(module, model_path):
 
 
 def sglang_version(module, python):
-    rc, out, err = module.run_command([python, "-c", _VERSION_SNIPPET], environ_update=_C_LOCALE)
+    rc, out, err = module.run_command([python, "-c", _VERSION_SNIPPET], environ_update=C_LOCALE)
     if rc != 0:
         module.fail_json(msg="cannot read the SGLang version with the server's interpreter %s (rc %d): %s"
                              % (python, rc, (err or out).strip()[-500:]))
@@ -196,7 +186,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     unit = module.params["unit"]
-    state = unit_state(module, unit)
+    try:
+        state = unit_properties(module, unit, ["MainPID", "ActiveState", "SubState", "InvocationID"])
+    except SystemctlError as exc:
+        module.fail_json(msg=str(exc))
     pid = int(state.get("MainPID") or 0)
     if state.get("ActiveState") != "active" or pid == 0:
         module.fail_json(msg="%s is not running (ActiveState=%s, SubState=%s): start it before fingerprinting"
@@ -213,7 +206,7 @@ def main() -> None:
     version = sglang_version(module, argv[0])
 
     def run_command(command):
-        return module.run_command(command, environ_update=_C_LOCALE)
+        return module.run_command(command, environ_update=C_LOCALE)
 
     try:
         gpus = probe(run_command=run_command, nvidia_smi=module.params["nvidia_smi"], prefer=module.params["prefer"],

@@ -200,6 +200,7 @@ probe_errors:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import PREFER_CHOICES, probe
+from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import KvStressError, run_stress
 
 
@@ -229,7 +230,7 @@ def main() -> None:
     params = module.params
 
     def run_command(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"})
+        return module.run_command(argv, environ_update=C_LOCALE)
 
     def sample():
         return probe(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],

@@ -97,13 +97,15 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-_C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
+from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import SystemctlError, unit_properties
 
 
 def unit_state(module, unit):
-    rc, out, dummy = module.run_command(["systemctl", "show", unit, "--property=ActiveState,SubState,Result,NRestarts"],
-                                        environ_update=_C_LOCALE)
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+    """The unit's state, or {} when it cannot be read (the HTTP probe alone then decides)."""
+    try:
+        return unit_properties(module, unit, ["ActiveState", "SubState", "Result", "NRestarts"])
+    except SystemctlError:
+        return {}
 
 
 def poll(url, check, api_key, timeout):

@@ -1,0 +1,30 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Commands the modules run on the managed host: in the C locale (their output is parsed), and systemctl show."""
+from __future__ import annotations
+
+# Parsed output must not be translated or formatted for a locale.
+C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
+
+
+class SystemctlError(RuntimeError):
+    """systemctl is missing or `systemctl show` failed; the message says which."""
+
+
+def parse_show(text):
+    """`systemctl show` output (KEY=VALUE lines) as a dict."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def unit_properties(module, unit, names):
+    """The properties ``names`` of ``unit`` (`systemctl show --property=...`) as a dict of strings, through an
+    AnsibleModule's run_command. Raises SystemctlError when systemctl is missing or fails."""
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        raise SystemctlError("systemctl is not installed")
+    rc, out, err = module.run_command([systemctl, "show", unit, "--property=" + ",".join(names)],
+                                      environ_update=C_LOCALE)
+    if rc != 0:
+        raise SystemctlError("systemctl show %s failed (rc %d): %s" % (unit, rc, err.strip()))
+    return parse_show(out)

@@ -1,0 +1,40 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""host_commands: systemctl show through an AnsibleModule-like runner, in the C locale."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import host_commands
+
+
+class FakeModule:
+    def __init__(self, rc=0, out="", err="", systemctl="/usr/bin/systemctl"):
+        self.result, self.systemctl, self.calls = (rc, out, err), systemctl, []
+
+    def get_bin_path(self, name):
+        return self.systemctl if name == "systemctl" else None
+
+    def run_command(self, argv, environ_update=None):
+        self.calls.append((argv, environ_update))
+        return self.result
+
+
+def test_unit_properties_asks_for_the_names_and_parses_the_lines():
+    module = FakeModule(out="MainPID=4242\nActiveState=active\nInvocationID=0b5c=d\n")
+    props = host_commands.unit_properties(module, "sglang.service", ["MainPID", "ActiveState", "InvocationID"])
+    assert props == {"MainPID": "4242", "ActiveState": "active", "InvocationID": "0b5c=d"}
+    assert module.calls == [(["/usr/bin/systemctl", "show", "sglang.service", "--property=MainPID,ActiveState,InvocationID"],
+                             host_commands.C_LOCALE)]
+
+
+@pytest.mark.parametrize("module, message", [
+    (FakeModule(rc=1, err="Failed to connect to bus\n"), "systemctl show sglang.service failed (rc 1): Failed to connect"),
+    (FakeModule(systemctl=None), "systemctl is not installed"),
+])
+def test_failures_raise_with_the_reason(module, message):
+    with pytest.raises(host_commands.SystemctlError, match=re.escape(message)):
+        host_commands.unit_properties(module, "sglang.service", ["MainPID"])
