@@ -8,6 +8,8 @@ The simulator comes from $SIM_WHEELHOUSE (`make simhosts` sets it), else its whe
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import shutil
@@ -52,6 +54,22 @@ def simulator_wheelhouse(tmp: Path) -> str:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO / "tools" / "sglang_sim"),
                     "-w", str(tmp / "wheelhouse")], check=True, capture_output=True, timeout=600)
     return str(tmp / "wheelhouse")
+
+
+@contextlib.contextmanager
+def sim_inventory(tmp: Path, prefix: str, profiles: list[str]):
+    """An inventory directory (``tmp``/inventory) with inventories/sim's group_vars (what `make demo` uses) and one
+    simulated host of ``prefix`` per profile, up while the block runs and removed after it. Nothing else goes into
+    that directory: Ansible reads every file in it as inventory."""
+    wheelhouse = simulator_wheelhouse(tmp)
+    inventory = tmp / "inventory"
+    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", inventory / "group_vars")
+    simhosts("up", "--count", str(len(profiles)), "--prefix", prefix, "--profile", ",".join(profiles),
+             "--inventory", str(inventory / "hosts.yml"), "--wheelhouse", wheelhouse)
+    try:
+        yield inventory
+    finally:
+        simhosts("down", "--prefix", prefix, check=False)
 
 
 def simhosts(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:

@@ -7,13 +7,12 @@ The host (prefix simsite) gets inventories/sim/group_vars/sim.yml, the same vari
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from test_collection_on_simhost import play
-from test_simhosts import REPO, _cannot_run_nspawn, simhosts, simulator_wheelhouse
+from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
 
 PREFIX = "simsite"
 HOST = f"{PREFIX}1"
@@ -23,17 +22,8 @@ pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_ca
 
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("simsite")
-    wheelhouse = simulator_wheelhouse(tmp)
-    # The sim inventory's group_vars beside a hosts file of our own prefix.
-    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", tmp / "group_vars")
-    hosts = tmp / "hosts.yml"
-    simhosts("up", "--count", "1", "--prefix", PREFIX, "--profile", "field", "--inventory", str(hosts),
-             "--wheelhouse", wheelhouse)
-    try:
-        yield tmp
-    finally:
-        simhosts("down", "--prefix", PREFIX, check=False)
+    with sim_inventory(tmp_path_factory.mktemp("simsite"), PREFIX, ["field"]) as path:
+        yield path
 
 
 def unit_property(inventory: Path, name: str) -> str:

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from test_collection_on_simhost import play
-from test_simhosts import REPO, _cannot_run_nspawn, simhosts, simulator_wheelhouse
+from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
 
 PREFIX = "simtune"
 PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b", f"{PREFIX}3": "h200-deepseek-v3"}
@@ -39,17 +39,10 @@ pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_ca
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("simtune")
-    wheelhouse = simulator_wheelhouse(tmp)
-    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", tmp / "group_vars")
-    simhosts("up", "--count", str(len(PROFILES)), "--prefix", PREFIX, "--profile", ",".join(PROFILES.values()),
-             "--inventory", str(tmp / "hosts.yml"), "--wheelhouse", wheelhouse)
-    try:
-        site = play(tmp, playbook=REPO / "playbooks" / "site.yml")
+    with sim_inventory(tmp_path_factory.mktemp("simtune"), PREFIX, list(PROFILES.values())) as inventory:
+        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
         assert site.status == "successful", site.stdout[-5000:]
-        yield tmp
-    finally:
-        simhosts("down", "--prefix", PREFIX, check=False)
+        yield inventory
 
 
 def tune(fleet: Path, reports: Path, limit: str | None = None, cmdline: str | None = None, **extravars):

@@ -63,3 +63,12 @@ def test_fingerprint_diff_names_the_changed_keys():
     assert diff(old, new) == ["versions.driver"]
     with pytest.raises(AnsibleFilterError):
         diff(None, new)
+
+
+def test_the_lower_bound_comes_from_the_formula_and_the_token_target():
+    state = START(94.04, f0=0.88, post_load_free_gib=21.71)
+    assert state["floor"] == 0.77   # 1 - 21.71 / 94.04 = 0.7691, rounded up to the grid
+    state = START(94.04, f0=0.88, post_load_free_gib=21.71, target_tokens=250000, cell_size_bytes=70272)
+    assert state["floor"] == 0.945  # the field case needs f = 0.943 for 250,000 tokens (capacity report)
+    state = START(94.04, f0=0.88, cap=0.9, post_load_free_gib=21.71, target_tokens=250000, cell_size_bytes=70272)
+    assert state["floor"] == 0.895  # above the cap: one step below it, so one value is left to try
