@@ -15,7 +15,7 @@ What counts, and why (the keys of the dict, in sections):
   (the KV arithmetic, graph sizes and defaults change between releases).
 - ``model``: ``path``, ``config_sha256`` (sha256 of config.json's text: layers, heads, dtype, quantization decide
   the weights and the KV cell) and ``revision`` (the same path may hold other weights).
-- ``server_args`` (:data:`MEMORY_ARGS`, each with SGLang's default, so an absent flag, ``None`` and the default
+- ``server_args`` (``server_args.MEMORY_ARGS``, each with SGLang's default, so an absent flag, ``None`` and the default
   value hash the same): tp/pp/dp sizes and DP attention (weights and pools per rank), dtype and quantization
   (weight bytes), kv_cache_dtype and page_size (the cell and page rounding), context_length (request table),
   chunked_prefill_size and max_prefill_tokens (the largest prefill batch's activations), cuda graph max bs / bs
@@ -32,116 +32,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 
-# SGLang's defaults (0.5.x server_args.py) for the args that change the memory picture; None = "SGLang decides".
-MEMORY_ARGS = {
-    "tp_size": 1, "pp_size": 1, "dp_size": 1, "enable_dp_attention": False,
-    "dtype": "auto", "quantization": None,
-    "kv_cache_dtype": "auto", "page_size": 1, "context_length": None,
-    "chunked_prefill_size": None, "max_prefill_tokens": 16384, "enable_mixed_chunk": False,
-    "cuda_graph_max_bs": None, "cuda_graph_bs": None, "disable_cuda_graph": False,
-    "speculative_algorithm": None, "speculative_draft_model_path": None, "speculative_num_steps": None,
-    "speculative_eagle_topk": None, "speculative_num_draft_tokens": None,
-    "enable_hierarchical_cache": False, "hicache_ratio": None, "hicache_size": None,
-    "max_running_requests": None, "max_total_tokens": None,
-}
-# Other spellings of the same flags (SGLang's short aliases, Ansible-friendly names).
-ALIASES = {"tp": "tp_size", "tensor_parallel_size": "tp_size", "pp": "pp_size", "pipeline_parallel_size": "pp_size",
-           "dp": "dp_size", "data_parallel_size": "dp_size", "context_len": "context_length",
-           "speculative_algo": "speculative_algorithm"}
-_BOOL_ARGS = ("enable_dp_attention", "enable_mixed_chunk", "disable_cuda_graph", "enable_hierarchical_cache")
-_INT_ARGS = ("tp_size", "pp_size", "dp_size", "page_size", "context_length", "chunked_prefill_size",
-             "max_prefill_tokens", "cuda_graph_max_bs", "speculative_num_steps", "speculative_eagle_topk",
-             "speculative_num_draft_tokens", "max_running_requests", "max_total_tokens")
-_FLOAT_ARGS = ("hicache_ratio", "hicache_size")
-_LOWER_ARGS = ("dtype", "quantization", "kv_cache_dtype")
-_SPEC_ARGS = ("speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
-              "speculative_num_draft_tokens")
-_HICACHE_ARGS = ("hicache_ratio", "hicache_size")
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, server_args as sa
 
 
-class FingerprintError(ValueError):
+class FingerprintError(checks.InvalidInput):
     """A bad input to the fingerprint: the message names the field and the value."""
-
-
-def _key(name):
-    key = str(name).lstrip("-").replace("-", "_").lower()
-    return ALIASES.get(key, key)
-
-
-def _as_bool(name, value):
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", ""):
-        return True   # "" = a bare flag (--enable-dp-attention) read from a command line
-    if isinstance(value, str) and value.strip().lower() in ("false", "no", "off", "0"):
-        return False
-    if isinstance(value, int):
-        return bool(value)
-    raise FingerprintError("server arg %s must be a boolean, got %r" % (name, value))
-
-
-def _as_number(name, value, kind):
-    if isinstance(value, bool):
-        raise FingerprintError("server arg %s must be a number, got %r" % (name, value))
-    try:
-        number = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        raise FingerprintError("server arg %s must be a number, got %r" % (name, value)) from None
-    if not math.isfinite(number):
-        raise FingerprintError("server arg %s must be finite, got %r" % (name, value))
-    if kind is int:
-        if not number.is_integer():
-            raise FingerprintError("server arg %s must be an integer, got %r" % (name, value))
-        return int(number)
-    return number
-
-
-def _bs_list(value):
-    if isinstance(value, str):
-        value = value.replace(",", " ").split()
-    if not isinstance(value, (list, tuple)):
-        raise FingerprintError("server arg cuda_graph_bs must be a list of batch sizes, got %r" % (value,))
-    sizes = sorted({_as_number("cuda_graph_bs", size, int) for size in value})
-    return sizes or None
-
-
-def _normalise(name, value):
-    if name in _BOOL_ARGS:
-        return _as_bool(name, value)
-    if name in _INT_ARGS:
-        return _as_number(name, value, int)
-    if name in _FLOAT_ARGS:
-        return _as_number(name, value, float)
-    if name == "cuda_graph_bs":
-        return _bs_list(value)
-    text = str(value).strip()
-    if name in _LOWER_ARGS:
-        return text.lower()
-    if name == "speculative_algorithm":
-        return text.upper() or None
-    return text
-
-
-def memory_args(server_args):
-    """The memory-relevant server args of ``server_args`` (a dict; keys as flags --tp-size or names tp_size or
-    aliases tp), every one present with None/absent replaced by SGLang's default; the rest dropped."""
-    if server_args is None:
-        server_args = {}
-    if not isinstance(server_args, dict):
-        raise FingerprintError("server_args must be a dict of SGLang flags, got %s" % type(server_args).__name__)
-    out = dict(MEMORY_ARGS)
-    for raw_key, value in server_args.items():
-        name = _key(raw_key)
-        if name not in MEMORY_ARGS or value is None:
-            continue
-        out[name] = _normalise(name, value)
-    if out["speculative_algorithm"] is None:
-        out.update({name: None for name in _SPEC_ARGS})
-    if not out["enable_hierarchical_cache"]:
-        out.update({name: None for name in _HICACHE_ARGS})
-    return out
 
 
 def _gpu_section(gpus):
@@ -194,7 +90,7 @@ def fingerprint(gpus, driver_version, cuda_version, sglang_version, model_path, 
                      "sglang": _version("sglang", sglang_version)},
         "model": {"path": model_path.rstrip("/") or "/", "config_sha256": config_sha256(config_text),
                   "revision": _version("revision", model_revision)},
-        "server_args": memory_args(server_args),
+        "server_args": sa.memory_args(server_args, FingerprintError),
     }
 
 
@@ -218,36 +114,3 @@ def fingerprint_diff(old, new):
         elif left != right:
             changed.append(section)
     return changed
-
-
-# Flags whose values never leave the host (SGLang's own secret args, as startup_log redacts them).
-SECRET_FLAGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
-
-
-def server_args_from_argv(argv):
-    """The server args of an SGLang command line (``/proc/<pid>/cmdline`` split at NUL): a dict keyed by flag
-    name in snake_case. Everything before the first ``--flag`` (the interpreter, ``-m sglang.launch_server``) is
-    skipped; a flag without a value is ``True``, with one value a string, with several a list (``--cuda-graph-bs 1 2
-    4``); ``--flag=value`` works too. Secret flags (:data:`SECRET_FLAGS`) are dropped, never returned."""
-    if not isinstance(argv, (list, tuple)):
-        raise FingerprintError("argv must be a list of words, got %s" % type(argv).__name__)
-    args, name = {}, None
-    for word in argv:
-        word = str(word)
-        if word.startswith("--") and len(word) > 2:
-            flag, sep, value = word[2:].partition("=")
-            name = flag.replace("-", "_")
-            args[name] = value if sep else True
-            if sep:
-                name = None  # --flag=value takes no further words
-        elif name is not None:
-            current = args[name]
-            if current is True:
-                args[name] = word
-            elif isinstance(current, list):
-                current.append(word)
-            else:
-                args[name] = [current, word]
-    for secret in SECRET_FLAGS:
-        args.pop(secret, None)
-    return args

@@ -15,8 +15,6 @@ Public API
     The boots of a log, oldest first (only the boots that hold SGLang records).
 ``classify_failure(lines) -> dict | None``
     The failure of one boot (``{kind, line, advice}``) or ``None``.
-``parse_server_args(text) -> dict``
-    The ``ServerArgs(...)`` repr of a ``server_args=ServerArgs(...)`` line as a dict, parsed without ``eval``.
 ``StartupLogError(ValueError)``
     The text holds no SGLang boot.
 
@@ -28,6 +26,7 @@ such as ``ATTN_CP0``/``MOE_DP0``; a TP1 scheduler has no tag at all. The record 
 (journald ``Nov 30 00:01:02 host python3[1234]: `` prefixes, tqdm bars without a newline). Lines without the
 prefix (tracebacks, copied excerpts) are still read; their rank is the untagged one (``""``).
 
+- ``server_args=ServerArgs(...)``: read by module_utils/server_args.py (without eval, secrets redacted)
 - ``Load weight begin. avail mem=X GB``                                       -> P of that rank
 - classic ``Load weight end. type=C, dtype=D, avail mem=A GB, mem usage=W GB.`` (older: no ``mem usage``)
   current ``Load weight end. elapsed=S s, type=C, [dtype=D, | <quant>, ]avail mem=A GB, mem usage=W GB.``
@@ -95,13 +94,14 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import from_log_line as server_args_from_log_line
+
 __all__ = [
     "StartupLogError",
     "FAILURE_KINDS",
     "parse_startup_log",
     "split_boots",
     "classify_failure",
-    "parse_server_args",
 ]
 
 
@@ -313,208 +313,6 @@ def split_boots(lines):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# server_args=ServerArgs(...) without eval
-# --------------------------------------------------------------------------------------------------------------
-
-class _ReprParser(object):
-    """A small recursive-descent reader for the Python literal repr that a dataclass prints.
-
-    Strings, ints, floats, None/True/False, lists, tuples, dicts and sets are decoded; anything else (objects
-    such as ``AttentionConfig(...)``, ``<Enum.X: 1>``, ``PosixPath('...')``, ``inf``) is kept as its raw text.
-    A truncated repr (journald line limits, ``...`` elisions) yields what was read up to that point.
-    """
-
-    _NUMBER = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
-    _NAME = re.compile(r"[A-Za-z_][\w.]*")
-
-    def __init__(self, text, pos):
-        self.text = text
-        self.pos = pos
-
-    def _skip(self):
-        while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
-            self.pos += 1
-
-    def _peek(self):
-        self._skip()
-        return self.text[self.pos] if self.pos < len(self.text) else ""
-
-    def _raw_until_balanced(self, start):
-        """Raw text from ``start`` to the end of the balanced construct that begins there."""
-        depth, i, quote = 0, start, None
-        pairs = {"(": ")", "[": "]", "{": "}", "<": ">"}
-        closers = set(pairs.values())
-        while i < len(self.text):
-            ch = self.text[i]
-            if quote:
-                if ch == "\\":
-                    i += 2
-                    continue
-                if ch == quote:
-                    quote = None
-            elif ch in "'\"":
-                quote = ch
-            elif ch in pairs:
-                depth += 1
-            elif ch in closers:
-                if depth == 0:
-                    break
-                depth -= 1
-            elif ch == "," and depth == 0:
-                break
-            i += 1
-        self.pos = i
-        return self.text[start:i].strip()
-
-    def _string(self):
-        quote = self.text[self.pos]
-        i, out = self.pos + 1, []
-        escapes = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0"}
-        while i < len(self.text):
-            ch = self.text[i]
-            if ch == "\\" and i + 1 < len(self.text):
-                nxt = self.text[i + 1]
-                if nxt in escapes:
-                    out.append(escapes[nxt])
-                    i += 2
-                    continue
-                if nxt == "x" and i + 3 < len(self.text):
-                    try:
-                        out.append(chr(int(self.text[i + 2:i + 4], 16)))
-                        i += 4
-                        continue
-                    except ValueError:
-                        pass
-                out.append(ch)
-                i += 1
-                continue
-            if ch == quote:
-                self.pos = i + 1
-                return "".join(out)
-            out.append(ch)
-            i += 1
-        raise ValueError("unterminated string")
-
-    def value(self):
-        ch = self._peek()
-        if not ch:
-            raise ValueError("unexpected end")
-        start = self.pos
-        if ch in "'\"":
-            return self._string()
-        if ch in "[(":
-            return self._sequence("]" if ch == "[" else ")")
-        if ch == "{":
-            return self._mapping()
-        match = self._NUMBER.match(self.text, self.pos)
-        if match and (match.end() == len(self.text) or self.text[match.end()] in " ,)]}:\t\r\n"):
-            self.pos = match.end()
-            token = match.group(0)
-            if re.match(r"-?\d+$", token):
-                return int(token)
-            return float(token)
-        name = self._NAME.match(self.text, self.pos)
-        if name:
-            word = name.group(0)
-            after = name.end()
-            follows = self.text[after:after + 1]
-            if word in ("None", "True", "False") and follows in ("", " ", ",", ")", "]", "}", ":"):
-                self.pos = after
-                return {"None": None, "True": True, "False": False}[word]
-            return self._raw_until_balanced(start)
-        return self._raw_until_balanced(start)
-
-    def _sequence(self, closer):
-        self.pos += 1
-        items = []
-        while True:
-            ch = self._peek()
-            if not ch:
-                raise ValueError("unterminated sequence")
-            if ch == closer:
-                self.pos += 1
-                return items
-            items.append(self.value())
-            ch = self._peek()
-            if ch == ",":
-                self.pos += 1
-            elif ch != closer:
-                raise ValueError("expected , or %s" % closer)
-
-    def _mapping(self):
-        self.pos += 1
-        items, is_set = {}, None
-        while True:
-            ch = self._peek()
-            if not ch:
-                raise ValueError("unterminated mapping")
-            if ch == "}":
-                self.pos += 1
-                return sorted(items, key=str) if is_set else items
-            key = self.value()
-            if self._peek() == ":":
-                self.pos += 1
-                items[key if isinstance(key, str) else str(key)] = self.value()
-                is_set = False
-            else:
-                items[key if isinstance(key, str) else str(key)] = None
-                is_set = True if is_set is None else is_set
-            ch = self._peek()
-            if ch == ",":
-                self.pos += 1
-            elif ch != "}":
-                raise ValueError("expected , or }")
-
-    def keyword_arguments(self):
-        """Read ``name=value, ...)`` up to the closing parenthesis; stop quietly on anything malformed."""
-        result = {}
-        while True:
-            ch = self._peek()
-            if not ch or ch == ")":
-                return result
-            if self.text.startswith("...", self.pos):  # an elided repr: ServerArgs(model_path='x', ..., y=1)
-                self.pos += 3
-                if self._peek() not in (",", ")", ""):
-                    continue
-            else:
-                name = re.compile(r"([A-Za-z_]\w*)\s*=").match(self.text, self.pos)
-                if not name:
-                    return result
-                self.pos = name.end()
-                try:
-                    result[name.group(1)] = self.value()
-                except ValueError:
-                    return result
-            ch = self._peek()
-            if ch == ",":
-                self.pos += 1
-            elif ch != ")":
-                return result
-
-
-# SGLang prints these in its server_args line (sgl-project/sglang#37457); they must not travel on into Ansible
-# results and logs.
-SECRET_SERVER_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
-REDACTED = "[REDACTED]"
-
-
-def parse_server_args(text):
-    """Parse the ``ServerArgs(...)`` repr in ``text`` (a whole log line is fine) into a dict.
-
-    Returns ``{}`` when the text holds no ``server_args=ServerArgs(``. Never evaluates code. Secrets
-    (``SECRET_SERVER_ARGS``) that are set come back as ``"[REDACTED]"``.
-    """
-    match = _SERVER_ARGS.search(text)
-    if not match:
-        return {}
-    args = _ReprParser(text, match.end()).keyword_arguments()
-    for key in SECRET_SERVER_ARGS:
-        if args.get(key) is not None:
-            args[key] = REDACTED
-    return args
-
-
-# --------------------------------------------------------------------------------------------------------------
 # Failures
 # --------------------------------------------------------------------------------------------------------------
 
@@ -701,7 +499,7 @@ def _boot_facts(lines):
     for raw in lines:
         tag, message = _split_record(raw)
         if _SERVER_ARGS.search(message):
-            server_args = parse_server_args(message)
+            server_args = server_args_from_log_line(message)
             continue
         if _READY.search(message):
             ready = True

@@ -75,7 +75,7 @@ fingerprint_hash:
   type: str
   sample: 5d41402abc4b2a76b9719d911017c592ae2b0b5ab0d1b5a1f3f0b4c8d2f3e4a1
 server_args:
-  description: The server's arguments from its command line, keyed by flag name in snake_case, secrets left out.
+  description: The server's arguments from its command line, keyed by field name (tp_size), secrets as V([REDACTED]).
   returned: success
   type: dict
   sample: {"model_path": "/models/deepseek-v3", "tp_size": "8", "mem_fraction_static": "0.88", "port": "30000"}
@@ -126,8 +126,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import (
-    FingerprintError, fingerprint, fingerprint_hash, server_args_from_argv)
+from ansible_collections.llmserve.sglang.plugins.module_utils import server_args as sa
+from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import FingerprintError, fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
     C_LOCALE, SystemctlError, unit_properties)
@@ -138,15 +138,6 @@ def read_argv(pid):
     with open("/proc/%d/cmdline" % pid, "rb") as handle:
         raw = handle.read()
     return [word.decode("utf-8", "replace") for word in raw.split(b"\0") if word]
-
-
-def probe_url(args):
-    host = str(args.get("host") or "127.0.0.1")
-    if host in ("0.0.0.0", "::", ""):
-        host = "127.0.0.1"
-    elif ":" in host:
-        host = "[%s]" % host
-    return "http://%s:%s" % (host, args.get("port") or 30000)
 
 
 def model_config_text(module, model_path):
@@ -198,7 +189,7 @@ def main() -> None:
         argv = read_argv(pid)
     except OSError as exc:
         module.fail_json(msg="cannot read the command line of %s (pid %d): %s" % (unit, pid, exc))
-    args = server_args_from_argv(argv)
+    args = sa.from_argv(argv)
     model_path = args.get("model_path")
     if not isinstance(model_path, str) or not model_path:
         module.fail_json(msg="the command line of %s has no --model-path: %s" % (unit, " ".join(argv[:3])))
@@ -215,15 +206,14 @@ def main() -> None:
                          config_text=config_text, model_revision=module.params["model_revision"], server_args=args)
     except (GpuProbeError, FingerprintError) as exc:
         module.fail_json(msg="cannot fingerprint %s: %s" % (unit, exc))
-    mfs = args.get("mem_fraction_static")
     try:
-        mfs = float(mfs) if mfs is not None else None
-    except (TypeError, ValueError):
-        module.fail_json(msg="the command line of %s has --mem-fraction-static %r, not a number" % (unit, mfs))
+        mfs = sa.mem_fraction_static(args)
+    except sa.ServerArgsError as exc:
+        module.fail_json(msg="the command line of %s: %s" % (unit, exc))
     module.exit_json(
         changed=False, fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args,
-        mem_fraction_static=mfs, api_key_set="--api-key" in argv or any(w.startswith("--api-key=") for w in argv),
-        url=probe_url(args), model_path=model_path, model_config=config_path, sglang_version=version,
+        mem_fraction_static=mfs, api_key_set=args.get("api_key") is not None,
+        url=sa.probe_url(args), model_path=model_path, model_config=config_path, sglang_version=version,
         main_pid=pid, invocation_id=state.get("InvocationID") or None)
 
 

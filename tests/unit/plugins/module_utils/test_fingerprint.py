@@ -10,6 +10,7 @@ import copy
 import pytest
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import fingerprint as fpm
+from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import MEMORY_ARGS
 
 GPUS = [{"index": i, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "memory_total_bytes": 97887 * 2 ** 20}
         for i in range(8)]
@@ -38,7 +39,7 @@ def test_shape_and_values():
     assert len(fp["model"]["config_sha256"]) == 64
     assert fp["server_args"]["tp_size"] == 8
     assert fp["server_args"]["speculative_algorithm"] == "EAGLE3"
-    assert set(fp["server_args"]) == set(fpm.MEMORY_ARGS)
+    assert set(fp["server_args"]) == set(MEMORY_ARGS)
     assert "mem_fraction_static" not in fp["server_args"] and "host" not in fp["server_args"]
     assert len(fpm.fingerprint_hash(fp)) == 64
 
@@ -121,20 +122,3 @@ def test_bad_inputs(changes, match):
 def test_hash_rejects_non_dict():
     with pytest.raises(fpm.FingerprintError, match="dict"):
         fpm.fingerprint_hash(["x"])
-
-
-def test_server_args_from_argv_reads_flags_values_lists_and_drops_secrets():
-    argv = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/k", "--tp-size", "8",
-            "--trust-remote-code", "--cuda-graph-bs", "1", "2", "4", "--mem-fraction-static", "0.88",
-            "--api-key", "s3cret", "--port=30000", "--admin-api-key=adm"]
-    args = fpm.server_args_from_argv(argv)
-    assert args == {"model_path": "/models/k", "tp_size": "8", "trust_remote_code": True,
-                    "cuda_graph_bs": ["1", "2", "4"], "mem_fraction_static": "0.88", "port": "30000"}
-    assert "s3cret" not in repr(args) and "adm" not in repr(args)
-    assert fpm.memory_args(args)["cuda_graph_bs"] == [1, 2, 4]
-    assert fpm.memory_args(args)["tp_size"] == 8
-
-
-def test_server_args_from_argv_rejects_a_string():
-    with pytest.raises(fpm.FingerprintError, match="list of words"):
-        fpm.server_args_from_argv("--tp-size 8")

@@ -486,47 +486,6 @@ def test_labelled_and_va_upper_bound_kv_lines():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# server_args without eval
-# ----------------------------------------------------------------------------------------------------------
-
-def test_server_args_literals_and_unknown_objects():
-    line = ("[2026-01-01 00:00:00] server_args=ServerArgs(model_path='a\\'b', n=-3, f=1.5e-3, none=None, t=True, "
-            "lst=[1, 'x', [2]], tup=(1, 2), d={'k': 'v', 1: None}, s={'a'}, "
-            "obj=AttentionConfig(backend=None, flash=3), enum=<Mode.FAST: 1>, path=PosixPath('/x'), inf=inf, "
-            "last='ok')")
-    args = sl.parse_server_args(line)
-    assert args["model_path"] == "a'b"
-    assert (args["n"], args["f"], args["none"], args["t"]) == (-3, 1.5e-3, None, True)
-    assert args["lst"] == [1, "x", [2]] and args["tup"] == [1, 2]
-    assert args["d"] == {"k": "v", "1": None} and args["s"] == ["a"]
-    assert args["obj"] == "AttentionConfig(backend=None, flash=3)"
-    assert args["enum"] == "<Mode.FAST: 1>" and args["path"] == "PosixPath('/x')" and args["inf"] == "inf"
-    assert args["last"] == "ok"
-
-
-def test_server_args_never_evaluates():
-    args = sl.parse_server_args("server_args=ServerArgs(model_path=__import__('os').system('false'), tp_size=2)")
-    assert args == {"model_path": "__import__('os').system('false')", "tp_size": 2}
-
-
-def test_server_args_secrets_are_redacted():
-    # SGLang prints its API keys in this line (sgl-project/sglang#37457): they must not reach Ansible's output.
-    args = sl.parse_server_args("server_args=ServerArgs(model_path='m', api_key='sk-live-123', admin_api_key=None, "
-                                "ssl_keyfile_password='pw', tp_size=8)")
-    assert args == {"model_path": "m", "api_key": "[REDACTED]", "admin_api_key": None,
-                    "ssl_keyfile_password": "[REDACTED]", "tp_size": 8}
-    facts = sl.parse_startup_log("[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m', api_key='sk-live-123')\n"
-                                 "[2026-01-01 00:00:01] Load weight begin. avail mem=78.58 GB\n")
-    assert "sk-live-123" not in repr(facts)
-
-
-def test_server_args_truncated_line():
-    args = sl.parse_server_args("server_args=ServerArgs(model_path='m', tp_size=8, mem_fraction_static=0.9, chunk")
-    assert args == {"model_path": "m", "tp_size": 8, "mem_fraction_static": 0.9}
-    assert sl.parse_server_args("no args here") == {}
-
-
-# ----------------------------------------------------------------------------------------------------------
 # Bad input
 # ----------------------------------------------------------------------------------------------------------
 
