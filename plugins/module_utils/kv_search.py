@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks
+
 OUTCOMES = ("stable", "init_oom", "capture_oom", "runtime_oom", "timeout", "crash")
 UNSTABLE = ("capture_oom", "runtime_oom", "timeout", "crash")
 DEFAULT_CAP = 0.98
@@ -50,19 +52,60 @@ def _fraction(name, value):
     return value
 
 
-def _digits(resolution):
+# One tolerance for "the same value": far below any grid step (MIN_RESOLUTION), far above float noise.
+TOLERANCE = 1e-9
+MIN_RESOLUTION = 0.0001
+
+
+def decimals(resolution):
+    """Decimal places of the grid's points: 0.005 -> 3, 0.0005 -> 4, 0.01 -> 2."""
     text = ("%.10f" % resolution).rstrip("0")
     return len(text.split(".")[1]) if "." in text else 0
 
 
+def check_resolution(resolution):
+    """The grid step as a float: a decimal step in [MIN_RESOLUTION, 0.1] (0.005, 0.0005, 0.01; not 1/3)."""
+    res = checks.number("resolution", resolution, KvSearchError, minimum=MIN_RESOLUTION, maximum=0.1)
+    if abs(round(res, decimals(res)) - res) > TOLERANCE:
+        raise KvSearchError("resolution must be a decimal step such as 0.005 or 0.0005, got %r" % (resolution,))
+    return res
+
+
+def same_value(left, right):
+    """Whether two values of --mem-fraction-static are the same (TOLERANCE)."""
+    return abs(float(left) - float(right)) <= TOLERANCE
+
+
+def on_grid(value, resolution):
+    return same_value(value, round(round(value / resolution) * resolution, decimals(resolution)))
+
+
+def value_text(value, resolution=None):
+    """The one written form of a --mem-fraction-static: on a grid, exactly its decimals ("0.910", "0.9125"), which
+    read back as the same float; without a grid (a value an operator wrote), the shortest text that round-trips
+    ("0.88"). A value off the grid it claims is a bug upstream, not something to round quietly."""
+    value = checks.fraction("mem_fraction_static", value, KvSearchError)
+    if resolution is None:
+        return repr(value)
+    if not on_grid(value, resolution):
+        raise KvSearchError("%r is not on the %r grid" % (value, resolution))
+    return "%.*f" % (decimals(resolution), value)
+
+
+def parse_value(text):
+    """A --mem-fraction-static read back as text (a command line, a log, a drop-in) as a float in (0, 1)."""
+    return checks.fraction("mem_fraction_static", checks.parse_number("mem_fraction_static", text, float,
+                                                                      KvSearchError), KvSearchError)
+
+
 def grid_down(value, resolution):
     """The largest grid point <= value: a prediction must never exceed what the measurement allows."""
-    return round(math.floor(value / resolution + _EPS) * resolution, _digits(resolution))
+    return round(math.floor(value / resolution + TOLERANCE) * resolution, decimals(resolution))
 
 
 def grid_up(value, resolution):
     """The smallest grid point >= value: a lower bound must stay a value that can start."""
-    return round(math.ceil(value / resolution - _EPS) * resolution, _digits(resolution))
+    return round(math.ceil(value / resolution - TOLERANCE) * resolution, decimals(resolution))
 
 
 def lower_bound(pre_load_free_gib, post_load_free_gib, target_tokens=None, cell_size_bytes=None, page_size=1):
