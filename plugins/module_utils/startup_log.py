@@ -26,6 +26,9 @@ such as ``ATTN_CP0``/``MOE_DP0``; a TP1 scheduler has no tag at all. The record 
 (journald ``Nov 30 00:01:02 host python3[1234]: `` prefixes, tqdm bars without a newline). Lines without the
 prefix (tracebacks, copied excerpts) are still read; their rank is the untagged one (``""``).
 
+The lines below are read through the table ``_LINE_HANDLERS`` of (pattern, handler) rows: each line goes to
+the first row whose pattern it matches; a new kind of line is one more row and one more handler.
+
 - ``server_args=ServerArgs(...)``: read by module_utils/server_args.py (without eval, secrets redacted)
 - ``Load weight begin. avail mem=X GB``                                       -> P of that rank
 - classic ``Load weight end. type=C, dtype=D, avail mem=A GB, mem usage=W GB.`` (older: no ``mem usage``)
@@ -139,6 +142,7 @@ _KEY_VALUE = re.compile(r"(\w+)=(-?\d+(?:\.\d+)?)")
 _SWA = re.compile(r"use sliding window memory pool\. full_layer_tokens=(\d+), swa_layer_tokens=(\d+)",
                   re.IGNORECASE)
 _SWA_POOL = re.compile(r"SWAKVPool mem usage: ([\d.]+) GB, swa size: (\d+), full size: (\d+)")
+_AVAILABLE_MEM = re.compile(r"available_(?:gpu|cpu)_mem=" + _NUM + r" GB")
 _READY = re.compile(r"The server is fired up and ready to roll!")
 _FIELD = {
     "elapsed": re.compile(r"elapsed=" + _NUM + r" ?s\b"),
@@ -482,135 +486,178 @@ def _rank_sort_key(tag):
     return [(re.sub(r"\d+$", "", p), int(re.sub(r"^\D+", "", p) or 0)) for p in tag.split()]
 
 
-def _boot_facts(lines):
-    ranks = {}
-    replicas = {}
-    server_args = {}
-    kv_dtype_line = None
-    ready = False
-    fmt_current = False
+class _Boot:
+    """What the lines of one boot said so far: per-rank records, DP replicas and boot-level values."""
 
-    def rank_of(tag):
+    __slots__ = ("ranks", "replicas", "server_args", "kv_dtype_line", "ready", "fmt_current")
+
+    def __init__(self):
+        self.ranks = {}  # rank tag ("" untagged) -> _new_rank() dict
+        self.replicas = {}  # DP tag ("" without DP) -> the first scheduler line's values of that replica
+        self.server_args = {}
+        self.kv_dtype_line = None  # "Using KV cache dtype: ..." (the first one)
+        self.ready = False
+        self.fmt_current = False  # a line only the current wording prints was seen
+
+    def rank(self, tag):
+        """The record of rank ``tag`` (``None`` and ``""`` are the untagged rank), created on first use."""
         key = tag or ""
-        if key not in ranks:
-            ranks[key] = _new_rank(key)
-        return ranks[key]
+        if key not in self.ranks:
+            self.ranks[key] = _new_rank(key)
+        return self.ranks[key]
 
+
+# Line handlers: handler(boot, tag, message, match) records what one matched line says into ``boot``.
+# ``tag`` is the line's rank tag (None without an SGLang prefix), ``message`` the text after the prefix.
+
+def _on_server_args(boot, _tag, message, _match):
+    boot.server_args = server_args_from_log_line(message)  # the last one of the boot wins
+
+
+def _on_ready(boot, _tag, _message, _match):
+    boot.ready = True
+
+
+def _on_load_begin(boot, tag, _message, match):
+    rank = boot.rank(tag)
+    rank["_begins"] += 1
+    # A rank's second "Load weight begin" is the draft model's.
+    if rank["_begins"] == 1:
+        rank["pre_load_free_gib"] = float(match.group(1))
+    elif rank["draft_pre_load_free_gib"] is None:
+        rank["draft_pre_load_free_gib"] = float(match.group(1))
+
+
+def _on_load_end(boot, tag, _message, match):
+    rest = match.group("rest")
+    boot.fmt_current = boot.fmt_current or "elapsed=" in rest
+    rank = boot.rank(tag)
+    rank["_loads"] += 1
+    type_match = _FIELD["type"].search(rest)
+    cls = type_match.group(1) if type_match else None
+    avail = _FIELD["avail"].search(rest)
+    usage = _FIELD["usage"].search(rest)
+    elapsed = _FIELD["elapsed"].search(rest)
+    # The second load of a rank, or a class that names a draft (Eagle, MTP, NextN), is the draft model's.
+    is_draft = rank["_loads"] > 1 or bool(cls and _DRAFT_CLASS.search(cls))
+    if not is_draft:
+        rank["post_load_free_gib"] = float(avail.group(1)) if avail else None
+        rank["weights_gib"] = float(usage.group(1)) if usage else None
+        rank["weights_type"] = cls
+        rank["load_elapsed_s"] = float(elapsed.group(1)) if elapsed else None
+    elif rank["draft_weights_gib"] is None and rank["draft_weights_type"] is None:
+        rank["draft_weights_gib"] = float(usage.group(1)) if usage else None
+        rank["draft_weights_type"] = cls
+
+
+def _on_kv_dtype(boot, _tag, _message, match):
+    boot.kv_dtype_line = boot.kv_dtype_line or match.group(1)
+
+
+def _on_kv_alloc(boot, tag, _message, match):
+    rank = boot.rank(tag)
+    rank["_kvs"] += 1
+    if match.group("dtype"):
+        boot.fmt_current = True  # only the current wording prints "dtype: " in the KV line
+    size = (float(match.group("k")) + float(match.group("v"))) if match.group("k") else float(match.group("kv"))
+    tokens = int(match.group("tokens")) if match.group("tokens") else None
+    label = match.group("label") or ""
+    if rank["_kvs"] == 1 and "draft" not in label.lower():
+        rank["kv_tokens"], rank["kv_size_gib"] = tokens, round(size, 2)
+        rank["kv_dtype"] = match.group("dtype")
+    elif rank["draft_kv_size_gib"] is None:
+        rank["draft_kv_tokens"], rank["draft_kv_size_gib"] = tokens, round(size, 2)
+
+
+def _on_pool_end(boot, tag, _message, match):
+    rank = boot.rank(tag)
+    if rank["memory_pool_end_free_gib"] is None:
+        rank["memory_pool_end_free_gib"] = float(match.group(1))
+
+
+def _on_capture_end(boot, tag, _message, match):
+    rank = boot.rank(tag)
+    rest = match.group("rest")
+    # current: "... CUDA graph end. elapsed=T s, ..."; classic: "... graph end. Time elapsed: T s. ..."
+    if "elapsed=" in rest and "Time elapsed" not in rest:
+        boot.fmt_current = True
+    usage = _FIELD["usage"].search(rest)
+    avail = _FIELD["avail"].search(rest)
+    if usage:
+        name = _capture_name(match.group("name"))
+        rank["cuda_graphs"][name] = round(rank["cuda_graphs"].get(name, 0.0) + float(usage.group(1)), 2)
+    if avail:
+        rank["post_capture_free_gib"] = float(avail.group(1))
+
+
+def _on_swa(boot, tag, _message, match):
+    rank = boot.rank(tag)
+    rank["full_tokens"], rank["swa_tokens"] = int(match.group(1)), int(match.group(2))
+
+
+def _on_swa_pool(boot, tag, _message, match):
+    rank = boot.rank(tag)
+    rank["full_tokens"], rank["swa_tokens"] = int(match.group(3)), int(match.group(2))
+
+
+def _on_max_total(boot, tag, message, _match):
+    values = {}
+    for key, value in _KEY_VALUE.findall(message):
+        values[key] = float(value) if "." in value else int(value)
+    gpu_mem = _AVAILABLE_MEM.search(message)
+    replica = {
+        "tag": tag or "",
+        "max_total_num_tokens": values.get("max_total_num_tokens"),
+        "chunked_prefill_size": values.get("chunked_prefill_size"),
+        "max_prefill_tokens": values.get("max_prefill_tokens"),
+        "max_running_requests": values.get("max_running_requests"),
+        "context_len": values.get("context_len"),
+        "available_gpu_mem_gib": float(gpu_mem.group(1)) if gpu_mem else None,
+    }
+    boot.replicas.setdefault(_dp_key(tag), replica)  # the first scheduler line of each DP replica
+
+
+# The grammar of the facts, in the order a line is tried: a line goes to the FIRST pattern that matches and to no
+# other (a "Load weight end" line never counts as a KV or capture line, whatever else it holds).
+_LINE_HANDLERS = (
+    (_SERVER_ARGS, _on_server_args),  # server_args=ServerArgs(...)
+    (_READY, _on_ready),  # The server is fired up and ready to roll!
+    (_LW_BEGIN, _on_load_begin),  # Load weight begin. avail mem=P GB
+    (_LW_END, _on_load_end),  # Load weight end. [elapsed=S s, ]type=C, ..., avail mem=A GB, mem usage=W GB.
+    (_KV_DTYPE, _on_kv_dtype),  # Using KV cache dtype: torch.X
+    (_KV_ALLOC, _on_kv_alloc),  # [label ]KV Cache is allocated. [dtype: D, ]#tokens: N, K size: .., V size: ..
+    (_POOL_END, _on_pool_end),  # Memory pool end. avail mem=X GB
+    (_CAPTURE_END, _on_capture_end),  # Capture <kind> graph end. ... mem usage=M GB ... avail mem=Z GB
+    (_SWA, _on_swa),  # Use sliding window memory pool. full_layer_tokens=F, swa_layer_tokens=S
+    (_SWA_POOL, _on_swa_pool),  # SWAKVPool mem usage: x GB, swa size: S, full size: F
+    (_MAX_TOTAL, _on_max_total),  # max_total_num_tokens=N, chunked_prefill_size=C, ..., available_gpu_mem=X GB
+)
+
+
+def _boot_facts(lines):
+    boot = _Boot()
     for raw in lines:
         tag, message = _split_record(raw)
-        if _SERVER_ARGS.search(message):
-            server_args = server_args_from_log_line(message)
-            continue
-        if _READY.search(message):
-            ready = True
-            continue
-        match = _LW_BEGIN.search(message)
-        if match:
-            rank = rank_of(tag)
-            rank["_begins"] += 1
-            if rank["_begins"] == 1:
-                rank["pre_load_free_gib"] = float(match.group(1))
-            elif rank["draft_pre_load_free_gib"] is None:
-                rank["draft_pre_load_free_gib"] = float(match.group(1))
-            continue
-        match = _LW_END.search(message)
-        if match:
-            rest = match.group("rest")
-            fmt_current = fmt_current or "elapsed=" in rest
-            rank = rank_of(tag)
-            rank["_loads"] += 1
-            type_match = _FIELD["type"].search(rest)
-            cls = type_match.group(1) if type_match else None
-            avail = _FIELD["avail"].search(rest)
-            usage = _FIELD["usage"].search(rest)
-            elapsed = _FIELD["elapsed"].search(rest)
-            is_draft = rank["_loads"] > 1 or bool(cls and _DRAFT_CLASS.search(cls))
-            if not is_draft:
-                rank["post_load_free_gib"] = float(avail.group(1)) if avail else None
-                rank["weights_gib"] = float(usage.group(1)) if usage else None
-                rank["weights_type"] = cls
-                rank["load_elapsed_s"] = float(elapsed.group(1)) if elapsed else None
-            elif rank["draft_weights_gib"] is None and rank["draft_weights_type"] is None:
-                rank["draft_weights_gib"] = float(usage.group(1)) if usage else None
-                rank["draft_weights_type"] = cls
-            continue
-        match = _KV_DTYPE.search(message)
-        if match:
-            kv_dtype_line = kv_dtype_line or match.group(1)
-            continue
-        match = _KV_ALLOC.search(message)
-        if match:
-            rank = rank_of(tag)
-            rank["_kvs"] += 1
-            if match.group("dtype"):
-                fmt_current = True
-            size = (float(match.group("k")) + float(match.group("v"))) if match.group("k") else \
-                float(match.group("kv"))
-            tokens = int(match.group("tokens")) if match.group("tokens") else None
-            label = match.group("label") or ""
-            if rank["_kvs"] == 1 and "draft" not in label.lower():
-                rank["kv_tokens"], rank["kv_size_gib"] = tokens, round(size, 2)
-                rank["kv_dtype"] = match.group("dtype")
-            elif rank["draft_kv_size_gib"] is None:
-                rank["draft_kv_tokens"], rank["draft_kv_size_gib"] = tokens, round(size, 2)
-            continue
-        match = _POOL_END.search(message)
-        if match:
-            rank = rank_of(tag)
-            if rank["memory_pool_end_free_gib"] is None:
-                rank["memory_pool_end_free_gib"] = float(match.group(1))
-            continue
-        match = _CAPTURE_END.search(message)
-        if match:
-            rank = rank_of(tag)
-            rest = match.group("rest")
-            if re.search(r"elapsed=", rest) and "Time elapsed" not in rest:
-                fmt_current = True
-            usage = _FIELD["usage"].search(rest)
-            avail = _FIELD["avail"].search(rest)
-            if usage:
-                name = _capture_name(match.group("name"))
-                rank["cuda_graphs"][name] = round(rank["cuda_graphs"].get(name, 0.0) + float(usage.group(1)), 2)
-            if avail:
-                rank["post_capture_free_gib"] = float(avail.group(1))
-            continue
-        match = _SWA.search(message)
-        if match:
-            rank = rank_of(tag)
-            rank["full_tokens"], rank["swa_tokens"] = int(match.group(1)), int(match.group(2))
-            continue
-        match = _SWA_POOL.search(message)
-        if match:
-            rank = rank_of(tag)
-            rank["full_tokens"], rank["swa_tokens"] = int(match.group(3)), int(match.group(2))
-            continue
-        if _MAX_TOTAL.search(message):
-            values = {}
-            for key, value in _KEY_VALUE.findall(message):
-                values[key] = float(value) if "." in value else int(value)
-            gpu_mem = re.search(r"available_(?:gpu|cpu)_mem=" + _NUM + r" GB", message)
-            replica = {
-                "tag": tag or "",
-                "max_total_num_tokens": values.get("max_total_num_tokens"),
-                "chunked_prefill_size": values.get("chunked_prefill_size"),
-                "max_prefill_tokens": values.get("max_prefill_tokens"),
-                "max_running_requests": values.get("max_running_requests"),
-                "context_len": values.get("context_len"),
-                "available_gpu_mem_gib": float(gpu_mem.group(1)) if gpu_mem else None,
-            }
-            replicas.setdefault(_dp_key(tag), replica)
-            continue
+        for pattern, handler in _LINE_HANDLERS:
+            match = pattern.search(message)
+            if match:
+                handler(boot, tag, message, match)
+                break
+    return _aggregate(boot)
 
+
+def _aggregate(boot):
+    """The facts of a boot from its per-rank and per-replica records (module docstring, "Aggregation")."""
     rank_list = []
-    for tag in sorted(ranks, key=_rank_sort_key):
-        rank = ranks[tag]
+    for tag in sorted(boot.ranks, key=_rank_sort_key):
+        rank = boot.ranks[tag]
         if rank["cuda_graphs"]:
             rank["cuda_graph_gib"] = round(sum(rank["cuda_graphs"].values()), 2)
         for private in ("_loads", "_begins", "_kvs"):
             rank.pop(private)
         rank_list.append(rank)
 
-    replica_list = [replicas[key] for key in sorted(replicas, key=_rank_sort_key)]
+    replica_list = [boot.replicas[key] for key in sorted(boot.replicas, key=_rank_sort_key)]
     best = None
     for replica in replica_list:
         if replica["max_total_num_tokens"] is None:
@@ -619,9 +666,9 @@ def _boot_facts(lines):
             best = replica
     best = best or (replica_list[0] if replica_list else {})
 
-    kv_dtype = kv_dtype_line or next((r["kv_dtype"] for r in rank_list if r["kv_dtype"]), None)
+    kv_dtype = boot.kv_dtype_line or next((r["kv_dtype"] for r in rank_list if r["kv_dtype"]), None)
     facts = {
-        "format": "current" if fmt_current else "classic",
+        "format": "current" if boot.fmt_current else "classic",
         "pre_load_free_gib": _min(r["pre_load_free_gib"] for r in rank_list),
         "weights_gib": _max(r["weights_gib"] for r in rank_list),
         "post_load_free_gib": _min(r["post_load_free_gib"] for r in rank_list),
@@ -643,8 +690,8 @@ def _boot_facts(lines):
         "max_prefill_tokens": best.get("max_prefill_tokens"),
         "available_gpu_mem_gib": _min(r["available_gpu_mem_gib"] for r in replica_list),
         "replicas": replica_list,
-        "ready": ready,
-        "server_args": server_args,
+        "ready": boot.ready,
+        "server_args": boot.server_args,
         "ranks": rank_list,
         "tp_size": len(rank_list),
     }
