@@ -14,7 +14,7 @@ Public API
 ``split_boots(lines) -> list[list[str]]``
     The boots of a log, oldest first (only the boots that hold SGLang records).
 ``classify_failure(lines) -> dict | None``
-    The failure of one boot (``{kind, line, advice}``) or ``None``.
+    The failure of one boot (``{kind, line, advice[, oom]}``) or ``None``.
 ``StartupLogError(ValueError)``
     The text holds no SGLang boot.
 
@@ -92,6 +92,15 @@ it. Kinds, in order of precedence (the earliest proof of the best kind wins):
   the boot.
 SGLang's own "out of memory" messages about the KV *pool* (``Decode out of memory``, ``alloc_req_slots runs
 out of memory``) are not device OOMs and classify as ``crash``.
+
+``oom``: when the proving line (or, for ``capture_oom`` and ``runtime_oom``, the nearest CUDA/HIP OOM line of the
+boot; after ``ready`` only, in a boot that became ready) holds torch's allocator numbers, the failure also has
+``"oom": {"tried_gib": float, "free_gib": float, "gpu": int | None}``: the allocation that failed and the free
+memory of that GPU, in GiB (bytes / 2**30, unrounded), ``gpu`` the index torch names. Without both numbers on one
+line there is no ``oom`` key (a message reflowed over several lines gives none). ``tried_gib - free_gib`` is what
+was missing. Both torch wordings are read: 2.x ``Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15
+GiB of which 1.23 GiB is free.`` and 1.x ``Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity; ...; 1.23
+GiB free; ...)``, sizes in ``bytes``/``B``/``KiB``/``MiB``/``GiB``/``TiB``.
 """
 from __future__ import annotations
 
@@ -179,6 +188,15 @@ _DEVICE_OOM = re.compile(
     r"OutOfMemoryError|(?:CUDA|HIP|NPU|XPU|MUSA) out of memory|CUDA error: out of memory"
     r"|memory allocation failed with OOM"
 )
+# The numbers of torch's allocator message, read after the OOM marker. torch 2.x: "Tried to allocate 2.00 GiB. GPU 0
+# has a total capacity of 79.15 GiB of which 1.23 GiB is free." (2.1 wrote "capacty"); torch 1.x: "Tried to allocate
+# 2.00 GiB (GPU 0; 79.15 GiB total capacity; ...; 1.23 GiB free; ...)". Sizes <= 1 KiB are "N bytes".
+_OOM_SIZE = r"(\d+(?:\.\d+)?) ?(bytes|B|KiB|MiB|GiB|TiB)\b"
+_OOM_TRIED = re.compile(r"Tried to allocate " + _OOM_SIZE)
+_OOM_FREE = re.compile(r"(?:of which|;) " + _OOM_SIZE + r" (?:is )?free\b")
+_OOM_GPU = re.compile(r"\bGPU (\d+)(?: has a total|;)")
+_GIB_PER_UNIT = {"bytes": 2.0 ** -30, "B": 2.0 ** -30, "KiB": 2.0 ** -20, "MiB": 2.0 ** -10, "GiB": 1.0,
+                 "TiB": 2.0 ** 10}
 _UNBALANCED = re.compile(r"The memory capacity is unbalanced")
 _NCCL = re.compile(
     r"NCCL error|\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|InvalidArgument|"
@@ -336,10 +354,39 @@ def _first_exception_after(lines, start):
     return None
 
 
+def _oom_numbers(line):
+    """``{tried_gib, free_gib, gpu}`` of a torch allocator OOM message on ``line``, or None without both sizes."""
+    marker = _DEVICE_OOM.search(line)
+    if not marker:
+        return None
+    rest = line[marker.end():]
+    tried, free = _OOM_TRIED.search(rest), _OOM_FREE.search(rest)
+    if not (tried and free):
+        return None
+    gpu = _OOM_GPU.search(rest)
+    # A power-of-two factor: the GiB value is exactly the printed number, scaled.
+    return {"tried_gib": float(tried.group(1)) * _GIB_PER_UNIT[tried.group(2)],
+            "free_gib": float(free.group(1)) * _GIB_PER_UNIT[free.group(2)],
+            "gpu": int(gpu.group(1)) if gpu else None}
+
+
+def _nearest_oom_numbers(lines, index, after):
+    """The numbers of the OOM line nearest to ``lines[index]`` (the earlier one on a tie) past index ``after``."""
+    best = None
+    for other, line in enumerate(lines):
+        if other <= after or (best is not None and abs(other - index) >= best[0]):
+            continue
+        numbers = _oom_numbers(line)
+        if numbers:
+            best = (abs(other - index), numbers)
+    return best[1] if best else None
+
+
 def classify_failure(lines):
     """Classify the failure of one boot (a list of log lines); see the module docstring ("Failures").
 
-    Returns ``None`` or ``{"kind": ..., "line": ..., "advice": ...}``.
+    Returns ``None`` or ``{"kind": ..., "line": ..., "advice": ...}``, plus ``"oom": {...}`` when the numbers of
+    the device OOM are known (module docstring, "Failures").
     """
     evidence = []  # (precedence, index, kind, line)
     kv_allocated = False
@@ -435,8 +482,15 @@ def classify_failure(lines):
         evidence = [e for e in evidence if e[2] not in ("unbalanced_memory", "nccl_error")]
     if not evidence:
         return None
-    _precedence, _index, kind, line = min(evidence)
-    return {"kind": kind, "line": line, "advice": FAILURE_KINDS[kind]}
+    _precedence, index, kind, line = min(evidence)
+    failure = {"kind": kind, "line": line, "advice": FAILURE_KINDS[kind]}
+    oom = _oom_numbers(line)
+    if oom is None and kind in ("capture_oom", "runtime_oom"):
+        # The proof may be a bare "CUDA error: out of memory" while torch's message is on another line (rank).
+        oom = _nearest_oom_numbers(lines, index, -1 if ready_at is None else ready_at)
+    if oom is not None:
+        failure["oom"] = oom
+    return failure
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -253,6 +253,32 @@ failure:
       description: What to change.
       type: str
       sample: Raise --mem-fraction-static.
+    oom:
+      description:
+        - The numbers of torch's CUDA or HIP out-of-memory message, in GiB (bytes / 2**30, not rounded).
+        - Read from RV(failure.line), or, for V(capture_oom) and V(runtime_oom), from the out-of-memory line of the
+          start nearest to it (after the server became ready, when it did).
+        - Both torch wordings are read, C(Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of
+          which 1.23 GiB is free) and C(Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity; ...; 1.23 GiB
+          free; ...)).
+        - "The key is absent when no such line holds both sizes (for example V(init_oom), or a bare
+          C(CUDA error: out of memory))."
+        - RV(failure.oom.tried_gib) minus RV(failure.oom.free_gib) is how much memory was missing.
+      returned: when the message's numbers are in the log
+      type: dict
+      contains:
+        tried_gib:
+          description: The allocation that failed (C(Tried to allocate)).
+          type: float
+          sample: 2.0
+        free_gib:
+          description: The free memory of that GPU when it failed.
+          type: float
+          sample: 1.23
+        gpu:
+          description: The GPU index torch names, or V(null) when the message names none.
+          type: int
+          sample: 0
 server_args:
   description:
     - The C(server_args=ServerArgs(...)) line as a dictionary, or an empty dictionary when the log has none.

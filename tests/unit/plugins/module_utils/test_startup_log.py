@@ -533,3 +533,96 @@ def test_journald_prefixed_tracebacks(prefix):
     kimi = sl.parse_startup_log("\n".join(prefix + line for line in
                                           text("v058_tp8_kimi_k25_mi355x_capture_crash.log").splitlines()))
     assert kimi["pre_load_free_gib"] == 283.53 and kimi["tp_size"] == 8
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The numbers of a device OOM (failure["oom"]); the lines are built for the test in torch's two wordings
+# ----------------------------------------------------------------------------------------------------------
+
+# torch 2.x, as the simulator prints it (tools/sglang_sim logs.cuda_oom_message), cut after the free memory
+TORCH2_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+              "79.15 GiB of which 1.23 GiB is free. Including non-PyTorch memory, this process has 77.91 GiB memory "
+              "in use.")
+# torch 1.x
+TORCH1_OOM = ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 79.15 GiB total capacity; "
+              "76.50 GiB already allocated; 1.23 GiB free; 77.00 GiB reserved in total by PyTorch)")
+
+
+def test_oom_numbers_torch2_wording():
+    failure = sl.classify_failure([TORCH2_OOM])
+    assert failure["kind"] == "weights_oom" and failure["line"] == TORCH2_OOM
+    assert failure["oom"] == {"tried_gib": 2.0, "free_gib": 1.23, "gpu": 0}
+
+
+def test_oom_numbers_torch1_wording():
+    failure = sl.classify_failure([TORCH1_OOM])
+    assert failure["oom"] == {"tried_gib": 20.0 / 1024, "free_gib": 1.23, "gpu": 1}
+
+
+@pytest.mark.parametrize("tried, free, tried_gib, free_gib", [
+    ("672.00 MiB", "200.75 MiB", 672.0 / 2 ** 10, 200.75 / 2 ** 10),
+    ("5.00 KiB", "3.00 GiB", 5.0 / 2 ** 20, 3.0),
+    ("512 bytes", "0 bytes", 512.0 / 2 ** 30, 0.0),
+    ("1024 B", "0.00 KiB", 2.0 ** -20, 0.0),
+    ("1.50 TiB", "2.00 GiB", 1536.0, 2.0),
+])
+def test_oom_numbers_units(tried, free, tried_gib, free_gib):
+    line = ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate %s. GPU 3 has a total capacity of 191.98 "
+            "GiB of which %s is free." % (tried, free))
+    assert sl.classify_failure([line])["oom"] == {"tried_gib": tried_gib, "free_gib": free_gib, "gpu": 3}
+
+
+def test_oom_numbers_of_a_capture_oom_wrapper_line():
+    lines = _boot_until("classic_tp1_qwen25_7b_h100.log", "Capture cuda graph begin")
+    wrapper = "Exception: Capture cuda graph failed: " + TORCH2_OOM.split(": ", 1)[1]
+    failure = sl.classify_failure(lines + [wrapper])
+    assert failure["kind"] == "capture_oom" and failure["line"] == wrapper
+    assert failure["oom"] == {"tried_gib": 2.0, "free_gib": 1.23, "gpu": 0}
+
+
+def test_oom_numbers_from_the_nearest_oom_line():
+    # the proof is a bare "CUDA error: out of memory"; torch's message of another rank follows it
+    lines = _boot_until("classic_tp1_qwen25_7b_h100.log", "Capture cuda graph begin")
+    bare = "RuntimeError: CUDA error: out of memory"
+    far = TORCH2_OOM.replace("GPU 0", "GPU 2")
+    near = TORCH1_OOM
+    failure = sl.classify_failure(lines + [bare, "x", near, "y", "z", far])
+    assert failure["kind"] == "capture_oom" and failure["line"] == bare
+    assert failure["oom"] == {"tried_gib": 20.0 / 1024, "free_gib": 1.23, "gpu": 1}
+
+
+def test_runtime_oom_numbers_come_from_after_ready():
+    log = _ready_log_then(
+        "[2025-08-11 21:40:00] Scheduler hit an exception: Traceback (most recent call last):",
+        OOM_LINE,
+        "[2025-08-11 21:40:00] Received sigquit from a child process. It usually means the child failed.",
+    )
+    failure = sl.parse_startup_log(log)["failure"]
+    assert failure["kind"] == "runtime_oom"
+    assert failure["oom"] == {"tried_gib": 4.93, "free_gib": 3.79, "gpu": 0}
+    # an OOM message before "ready" describes another moment: a bare OOM after it gets no numbers
+    lines = text("classic_tp1_qwen25_7b_h100.log").splitlines()
+    lines.insert(3, OOM_LINE)
+    lines.append("RuntimeError: CUDA error: out of memory")
+    failure = sl.classify_failure(lines)
+    assert failure["kind"] == "runtime_oom" and "oom" not in failure
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: CUDA error: out of memory",
+    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+    "mem_fraction_static=0.835",
+    # XPU's wording names no free memory
+    "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.11 GiB total capacity; "
+    "14.72 GiB already allocated; 14.75 GiB reserved in total by PyTorch)",
+])
+def test_failure_without_oom_numbers_has_no_oom_key(line):
+    failure = sl.classify_failure([line])
+    assert failure is not None and "oom" not in failure
+    assert set(failure) == {"kind", "line", "advice"}
+
+
+def test_oom_message_reflowed_over_lines_gives_no_numbers():
+    # capture_oom_dsv4_pro_fp8_h200_tp16.log: the user split torch's one-line message at its sentences
+    failure = facts("capture_oom_dsv4_pro_fp8_h200_tp16.log")["failure"]
+    assert failure["kind"] == "capture_oom" and "oom" not in failure
