@@ -27,6 +27,8 @@ import math
 import re
 from collections import namedtuple
 
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks
+
 GIB = 2 ** 30
 MIB = 2 ** 20
 
@@ -35,42 +37,17 @@ MIB = 2 ** 20
 # --------------------------------------------------------------------------------------------------------------
 
 
-class KvModelError(ValueError):
+class KvModelError(checks.InvalidInput):
     """A bad input to the KV model: the message names the field and the value."""
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _check_int(name, value, minimum=1, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if not _is_int(value):
-        raise KvModelError("%s must be an integer, got %r" % (name, value))
-    if value < minimum:
-        raise KvModelError("%s must be >= %d, got %d" % (name, minimum, value))
-    return value
-
-
-def _check_number(name, value):
-    if not _is_number(value):
-        raise KvModelError("%s must be a finite number, got %r" % (name, value))
-    return float(value)
 
 
 def check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static=None):
     """Validate P, A (GiB) and, when given, f. Returns them as floats; raises KvModelError with the reason."""
-    p = _check_number("pre_load_free_gib", pre_load_free_gib)
-    a = _check_number("post_load_free_gib", post_load_free_gib)
-    if p <= 0:
-        raise KvModelError("pre_load_free_gib must be > 0, got %r" % (pre_load_free_gib,))
+    p = checks.number("pre_load_free_gib", pre_load_free_gib, KvModelError, above=0)
+    a = checks.number("post_load_free_gib", post_load_free_gib, KvModelError)
     if a <= 0:
-        raise KvModelError("post_load_free_gib must be > 0, got %r (the weights filled the GPU)" % (post_load_free_gib,))
+        raise KvModelError("post_load_free_gib must be > 0, got %r (the weights filled the GPU)"
+                           % (post_load_free_gib,))
     if a > p:
         raise KvModelError(
             "post_load_free_gib (%r) is larger than pre_load_free_gib (%r): free memory after the weights load "
@@ -78,9 +55,7 @@ def check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static=None
             % (post_load_free_gib, pre_load_free_gib))
     if mem_fraction_static is None:
         return p, a, None
-    f = _check_number("mem_fraction_static", mem_fraction_static)
-    if not 0 < f < 1:
-        raise KvModelError("mem_fraction_static must be in (0, 1), got %r" % (mem_fraction_static,))
+    f = checks.fraction("mem_fraction_static", mem_fraction_static, KvModelError)
     return p, a, f
 
 
@@ -250,7 +225,7 @@ def _int_field(cfg, key, where, required=True, minimum=1):
         if required:
             raise KvModelError("config.json%s has no %s" % (where, key))
         return None
-    if not _is_int(value) or value < minimum:
+    if not checks.is_integer(value) or value < minimum:
         raise KvModelError("config.json%s %s must be an integer >= %d, got %r" % (where, key, minimum, value))
     return value
 
@@ -306,7 +281,7 @@ def _layer_split(text, architecture, num_layers, where):
         swa = sum(1 for i in range(num_layers) if i % 2 == 0)
         return num_layers - swa, swa
     swp = text.get("sliding_window_pattern")
-    if text.get("sliding_window") and model_type.startswith("gemma3") and _is_int(swp) and swp > 0:
+    if text.get("sliding_window") and model_type.startswith("gemma3") and checks.is_integer(swp) and swp > 0:
         full = sum(1 for i in range(num_layers) if (i + 1) % swp == 0)
         return full, num_layers - full
     return num_layers, 0
@@ -367,14 +342,14 @@ def model_shape(config, dtype="auto"):
     hidden = text.get("hidden_size")
     head_dim = text.get("head_dim")
     if head_dim is None:
-        if not (_is_int(heads) and heads > 0 and _is_int(hidden) and hidden > 0):
+        if not (checks.is_integer(heads) and heads > 0 and checks.is_integer(hidden) and hidden > 0):
             raise KvModelError("config.json%s has no head_dim, and no hidden_size and num_attention_heads to derive "
                                "it from" % where)
         head_dim = hidden // heads
-    elif not _is_int(head_dim) or head_dim < 1:
+    elif not checks.is_integer(head_dim) or head_dim < 1:
         raise KvModelError("config.json%s head_dim must be a positive integer, got %r" % (where, head_dim))
     v_head_dim = text.get("v_head_dim") or head_dim
-    if not _is_int(v_head_dim) or v_head_dim < 1:
+    if not checks.is_integer(v_head_dim) or v_head_dim < 1:
         raise KvModelError("config.json%s v_head_dim must be a positive integer, got %r" % (where, v_head_dim))
     num_kv_heads = _kv_heads(text, config, where) if attention == "mha" else (_get(text, "num_key_value_heads", heads))
 
@@ -404,15 +379,15 @@ def model_shape(config, dtype="auto"):
 
     return ModelShape(
         architecture=architecture, attention=attention, num_layers=num_layers,
-        num_kv_heads=num_kv_heads if _is_int(num_kv_heads) else None,
+        num_kv_heads=num_kv_heads if checks.is_integer(num_kv_heads) else None,
         head_dim=head_dim, v_head_dim=v_head_dim, kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope,
         index_head_dim=index_head_dim, index_kpool=index_kpool,
         full_attention_layers=full_layers, swa_layers=swa_layers,
         swa_num_kv_heads=swa_heads, swa_head_dim=swa_head_dim, swa_v_head_dim=swa_v_head_dim,
         hybrid_swa=hybrid, hybrid_swa_classic=hybrid_classic,
         dtype=_resolve_model_dtype(text, config, dtype),
-        num_nextn_predict_layers=nextn if _is_int(nextn) else None,
-        is_vlm=is_vlm, context_len=context if _is_int(context) else None,
+        num_nextn_predict_layers=nextn if checks.is_integer(nextn) else None,
+        is_vlm=is_vlm, context_len=context if checks.is_integer(context) else None,
         kv_cache_quant_algo=str(kv_quant) if kv_quant else None,
         vision_num_layers=vision.get("num_hidden_layers") if vision else None,
         vision_hidden_size=vision.get("hidden_size") if vision else None,
@@ -467,8 +442,8 @@ def _check_speculative(speculative_algorithm):
 
 
 def _attn_tp(tp_size, dp_size, enable_dp_attention):
-    _check_int("tp_size", tp_size)
-    _check_int("dp_size", dp_size)
+    checks.integer("tp_size", tp_size, KvModelError, minimum=1)
+    checks.integer("dp_size", dp_size, KvModelError, minimum=1)
     if enable_dp_attention:
         if tp_size % dp_size:
             raise KvModelError("with enable_dp_attention, tp_size (%d) must be a multiple of dp_size (%d)"
@@ -485,7 +460,7 @@ def draft_layer_count(shape, speculative_algorithm, draft_layers=None):
     if alg is None or alg == "NGRAM":
         return 0
     if draft_layers is not None:
-        return _check_int("draft_layers", draft_layers)
+        return checks.integer("draft_layers", draft_layers, KvModelError, minimum=1)
     if alg == "NEXTN":
         if not shape.num_nextn_predict_layers:
             raise KvModelError("speculative_algorithm NEXTN needs num_nextn_predict_layers > 0 in config.json, got %r; "
@@ -592,7 +567,7 @@ def _cell_and_plan(shape, tp_size=1, dp_size=1, enable_dp_attention=False, kv_ca
     attn_tp = _attn_tp(tp_size, dp_size, enable_dp_attention)
     kv_name, elem = resolve_kv_cache_dtype(kv_cache_dtype, shape)
     alg = _check_speculative(speculative_algorithm)
-    r = _check_number("swa_full_tokens_ratio", swa_full_tokens_ratio)
+    r = checks.number("swa_full_tokens_ratio", swa_full_tokens_ratio, KvModelError)
     if not 0 < r <= 1:
         raise KvModelError("swa_full_tokens_ratio must be in (0, 1], got %r" % (swa_full_tokens_ratio,))
     if dsa_kv_layout not in ("auto", "raw", "scaled"):
@@ -652,12 +627,8 @@ def kv_budget_gib(pre_load_free_gib, post_load_free_gib, mem_fraction_static):
 
 def reserved_gib(pre_load_free_gib, mem_fraction_static):
     """P * (1 - f): what is left for CUDA graphs, activations, (mixin: draft) and allocator slack."""
-    p = _check_number("pre_load_free_gib", pre_load_free_gib)
-    f = _check_number("mem_fraction_static", mem_fraction_static)
-    if p <= 0:
-        raise KvModelError("pre_load_free_gib must be > 0, got %r" % (pre_load_free_gib,))
-    if not 0 < f < 1:
-        raise KvModelError("mem_fraction_static must be in (0, 1), got %r" % (mem_fraction_static,))
+    p = checks.number("pre_load_free_gib", pre_load_free_gib, KvModelError, above=0)
+    f = checks.fraction("mem_fraction_static", mem_fraction_static, KvModelError)
     return p * (1 - f)
 
 
@@ -682,9 +653,10 @@ def speculative_params(architecture=None, speculative_algorithm="EAGLE", specula
         steps = auto[0]
         topk = auto[1] if topk is None else topk
         draft = auto[2] if draft is None else draft
-    _check_int("speculative_num_steps", steps)
-    topk = _check_int("speculative_eagle_topk", 1 if topk is None else topk)
-    draft = _check_int("speculative_num_draft_tokens", steps + 1 if draft is None else draft)
+    checks.integer("speculative_num_steps", steps, KvModelError, minimum=1)
+    topk = checks.integer("speculative_eagle_topk", 1 if topk is None else topk, KvModelError, minimum=1)
+    draft = checks.integer("speculative_num_draft_tokens", steps + 1 if draft is None else draft, KvModelError,
+                           minimum=1)
     if topk == 1 and draft != steps + 1:
         draft = steps + 1
     return steps, topk, draft
@@ -694,7 +666,8 @@ def eagle_headroom_tokens(max_running_requests=None, architecture=None, speculat
                           speculative_num_steps=None, speculative_eagle_topk=None, speculative_num_draft_tokens=None):
     """Classic (< 0.5.7) init_memory_pool: R*steps*topk + R*draft_tokens + 100 tokens added to the profiled count,
     outside the budget. R = --max-running-requests, which speculative decoding defaults to 48."""
-    r = _check_int("max_running_requests", 48 if max_running_requests is None else max_running_requests)
+    r = checks.integer("max_running_requests", 48 if max_running_requests is None else max_running_requests,
+                       KvModelError, minimum=1)
     steps, topk, draft = speculative_params(architecture, speculative_algorithm, speculative_num_steps,
                                             speculative_eagle_topk, speculative_num_draft_tokens)
     return r * steps * topk + r * draft + 100
@@ -708,10 +681,10 @@ def _pool_sizes(budget_gib, cell, page_size=1, max_total_tokens=None, sglang_ver
                 speculative_algorithm=None, max_running_requests=None, speculative_num_steps=None,
                 speculative_eagle_topk=None, speculative_num_draft_tokens=None, architecture=None, swa=None):
     """max_total_num_tokens (full-attention tokens for hybrid SWA), swa tokens and classic headroom."""
-    _check_int("page_size", page_size)
-    _check_int("max_total_tokens", max_total_tokens, allow_none=True)
-    budget = _check_number("budget_gib", budget_gib)
-    if not (_is_number(cell) and cell > 0):
+    checks.integer("page_size", page_size, KvModelError, minimum=1)
+    checks.integer("max_total_tokens", max_total_tokens, KvModelError, minimum=1, allow_none=True)
+    budget = checks.number("budget_gib", budget_gib, KvModelError)
+    if not (checks.is_number(cell) and cell > 0):
         raise KvModelError("cell_size_bytes must be a positive number, got %r" % (cell,))
     era = kv_era(sglang_version)
     alg = _check_speculative(speculative_algorithm)
@@ -800,9 +773,7 @@ _F_MAX = 1 - 2 ** -40   # the largest f considered: SGLang needs f < 1
 def _round_up(f, resolution, tokens_at, target):
     if resolution is None:
         return f
-    res = _check_number("resolution", resolution)
-    if not 0 < res < 1:
-        raise KvModelError("resolution must be in (0, 1), got %r" % (resolution,))
+    res = checks.fraction("resolution", resolution, KvModelError)
     digits = max(0, -int(math.floor(math.log10(res))) + 2)
     g = round(math.ceil(f / res - 1e-9) * res, digits)
     while tokens_at(g) < target:
@@ -824,8 +795,8 @@ def mem_fraction_for_tokens(target_tokens, cell_size_bytes, pre_load_free_gib, p
     Raises KvModelError when even f -> 1 does not give target_tokens.
     """
     p, a = check_memory(pre_load_free_gib, post_load_free_gib)[:2]
-    target = _check_int("target_tokens", target_tokens)
-    _check_int("page_size", page_size)
+    target = checks.integer("target_tokens", target_tokens, KvModelError, minimum=1)
+    checks.integer("page_size", page_size, KvModelError, minimum=1)
 
     def tokens_at(f):
         return max_total_num_tokens(a - p * (1 - f), cell_size_bytes, page_size=page_size)
@@ -847,7 +818,7 @@ def gpu_memory_defaults(gpu_memory_mib, tp_size=1, sglang_version=None):
     MIN over GPUs) when they are not set (CUDA; NPU tiers not modelled)."""
     if gpu_memory_mib is None:
         return 4096, 160
-    mem = _check_number("gpu_memory_mib", gpu_memory_mib)
+    mem = checks.number("gpu_memory_mib", gpu_memory_mib, KvModelError)
     small = tp_size < 4
     if mem < 20 * 1024:
         return 2048, 8
@@ -885,9 +856,9 @@ def default_mem_fraction_static(gpu_memory_mib, tp_size=1, *, pp_size=1, dp_size
     post-capture sizing.
     """
     alg = _check_speculative(speculative_algorithm)
-    _check_int("tp_size", tp_size)
-    _check_int("pp_size", pp_size)
-    _check_int("dp_size", dp_size)
+    checks.integer("tp_size", tp_size, KvModelError, minimum=1)
+    checks.integer("pp_size", pp_size, KvModelError, minimum=1)
+    checks.integer("dp_size", dp_size, KvModelError, minimum=1)
     tier_cpf, tier_bs = gpu_memory_defaults(gpu_memory_mib, tp_size, sglang_version)
     cpf = tier_cpf if chunked_prefill_size is None else chunked_prefill_size
     if cuda_graph_bs:
@@ -900,9 +871,7 @@ def default_mem_fraction_static(gpu_memory_mib, tp_size=1, *, pp_size=1, dp_size
             bs = max_running_requests
     if gpu_memory_mib is None:
         return 0.95 if _since(sglang_version, _V_TIER35_AND_095) else 0.88
-    gpu = _check_number("gpu_memory_mib", gpu_memory_mib)
-    if gpu <= 0:
-        raise KvModelError("gpu_memory_mib must be > 0, got %r" % (gpu_memory_mib,))
+    gpu = checks.number("gpu_memory_mib", gpu_memory_mib, KvModelError, above=0)
     reserved = 512 + (max(cpf, 2048) if cpf > 0 else max(max_prefill_tokens, 2048)) * 1.5
     graph = bs * 2
     if enable_dp_attention:
@@ -933,8 +902,8 @@ def default_mem_fraction_static(gpu_memory_mib, tp_size=1, *, pp_size=1, dp_size
     if shape is not None:
         s = model_shape(shape)
         if s.is_vlm:
-            layers = s.vision_num_layers if _is_int(s.vision_num_layers) else 24
-            hidden = s.vision_hidden_size if _is_int(s.vision_hidden_size) else 1024
+            layers = s.vision_num_layers if checks.is_integer(s.vision_num_layers) else 24
+            hidden = s.vision_hidden_size if checks.is_integer(s.vision_hidden_size) else 1024
             ratio = layers * hidden ** 2 / (24 * 1024 ** 2)
             f = f * 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
     return f
@@ -963,8 +932,8 @@ def _observed_tokens(observed):
     for key in ("max_total_num_tokens", "kv_tokens"):
         value = observed.get(key)
         if isinstance(value, list):
-            value = min((v for v in value if _is_int(v)), default=None)
-        if _is_int(value):
+            value = min((v for v in value if checks.is_integer(v)), default=None)
+        if checks.is_integer(value):
             return value
     return None
 
@@ -975,16 +944,13 @@ def _idle_headroom(f, p, a, mm, sizes_at, observed, free_after_start_gib, safety
     m = free_after_start_gib
     if m is None and isinstance(observed, dict):
         for key in ("post_capture_free_gib", "available_gpu_mem_gib"):
-            if _is_number(observed.get(key)):
+            if checks.is_number(observed.get(key)):
                 m = observed[key]
                 break
     if m is None:
         return out
-    m = _check_number("free_after_start_gib", m)
-    safety = _check_number("safety_margin_gib", safety_margin_gib)
-    if m < 0 or safety < 0:
-        raise KvModelError("free_after_start_gib and safety_margin_gib must be >= 0, got %r and %r"
-                           % (free_after_start_gib if free_after_start_gib is not None else m, safety_margin_gib))
+    m = checks.number("free_after_start_gib", m, KvModelError, minimum=0)
+    safety = checks.number("safety_margin_gib", safety_margin_gib, KvModelError, minimum=0)
     out["free_after_start_gib"] = round(m, 4)
     fh = f + (m - safety) / p
     if not 0 < fh < 1:
@@ -1005,12 +971,10 @@ def _hicache(tokens, cell, page_size, ranks, hicache_ratio, hicache_size_gb):
         return out
     if cell is None:
         raise KvModelError("the hierarchical-cache what-if is not modelled for hybrid sliding-window models")
-    if hicache_size_gb is not None and _check_number("hicache_size_gb", hicache_size_gb) > 0:
+    if hicache_size_gb is not None and checks.number("hicache_size_gb", hicache_size_gb, KvModelError) > 0:
         size = int(hicache_size_gb * 1e9 // cell)
     else:
-        ratio = _check_number("hicache_ratio", hicache_ratio)
-        if ratio <= 0:
-            raise KvModelError("hicache_ratio must be > 0, got %r" % (hicache_ratio,))
+        ratio = checks.number("hicache_ratio", hicache_ratio, KvModelError, above=0)
         size = int(tokens * ratio)
     size = (size // page_size + 1) * page_size
     out["hicache_host_tokens"] = size
@@ -1045,10 +1009,10 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     GPU pool.
     """
     p, a, f = check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static)
-    _check_int("page_size", page_size)
-    _check_int("max_total_tokens", max_total_tokens, allow_none=True)
-    _check_int("target_tokens", target_tokens, allow_none=True)
-    _check_int("max_running_requests", max_running_requests, allow_none=True)
+    checks.integer("page_size", page_size, KvModelError, minimum=1)
+    checks.integer("max_total_tokens", max_total_tokens, KvModelError, minimum=1, allow_none=True)
+    checks.integer("target_tokens", target_tokens, KvModelError, minimum=1, allow_none=True)
+    checks.integer("max_running_requests", max_running_requests, KvModelError, minimum=1, allow_none=True)
     cell, plan = _cell_and_plan(shape, tp_size, dp_size, enable_dp_attention, kv_cache_dtype, sglang_version,
                                 speculative_algorithm, draft_layers, swa_full_tokens_ratio, dsa_kv_layout)
     shape = plan["shape"]
@@ -1077,7 +1041,7 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
         swa_tokens = sizes["swa_max_total_num_tokens"] or 0
         pool_bytes = (tokens * swa["full_bytes"] * full_layers + swa_tokens * swa["swa_bytes"] * swa["swa_layers"]
                       if swa["full_layers"] else swa_tokens * swa["swa_bytes"] * swa["swa_layers"])
-    pools = dp_size if _is_int(dp_size) else 1
+    pools = dp_size if checks.is_integer(dp_size) else 1
 
     for_target = None
     if target_tokens is not None:
