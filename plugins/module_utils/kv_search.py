@@ -112,13 +112,13 @@ def lower_bound(pre_load_free_gib, post_load_free_gib, target_tokens=None, cell_
     """The lowest f worth trying: above the f at which the KV budget is 0 (SGLang refuses to start) and, with a
     target (e.g. the required context length in tokens) and the cell size, the smallest f that gives it."""
     # Imported here so the pure search above stays importable without the collection's package path.
-    from ansible_collections.llmserve.sglang.plugins.module_utils import kv_memory
+    from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pool
     try:
-        low = kv_memory.min_mem_fraction_static(pre_load_free_gib, post_load_free_gib)
+        low = kv_pool.min_mem_fraction_static(pre_load_free_gib, post_load_free_gib)
         if target_tokens is not None:
-            low = max(low, kv_memory.mem_fraction_for_tokens(target_tokens, cell_size_bytes, pre_load_free_gib,
-                                                             post_load_free_gib, page_size=page_size))
-    except kv_memory.KvModelError as exc:
+            low = max(low, kv_pool.mem_fraction_for_tokens(target_tokens, cell_size_bytes, pre_load_free_gib,
+                                                           post_load_free_gib, page_size=page_size))
+    except kv_pool.KvModelError as exc:
         raise KvSearchError(str(exc)) from exc
     return low
 
