@@ -11,6 +11,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_cell import cel
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import (
     F_MAX,
     check_memory,
+    lowest_viable_fraction,
     pool_sizes,
     smallest_fraction,
 )
@@ -133,11 +134,12 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
         return pool_sizes(a - p * (1 - frac) - mm, cell, **pool_args)
 
     budget = a - p * (1 - f)
+    lowest = lowest_viable_fraction(p, a, mm_reservation_gib=mm)
     sizes = sizes_at(f)
     tokens = sizes["max_total_num_tokens"]
     if tokens == 0:
         issues.append("the KV budget at mem_fraction_static=%r is %.3f GiB: SGLang refuses to start (raise "
-                      "mem_fraction_static above %.4f)" % (f, budget - mm, 1 - (a - mm) / p))
+                      "mem_fraction_static above %.4f)" % (f, budget - mm, lowest))
     if swa is None:
         pool_bytes = tokens * cell
     else:
@@ -151,7 +153,8 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     if target_tokens is not None:
         def tokens_at(frac):
             return sizes_at(frac)["max_total_num_tokens"]
-        for_target = smallest_fraction(tokens_at, target_tokens, max(0.0, 1 - (a - mm) / p), F_MAX)
+        # The whole model's pool (speculative headroom, hybrid SWA, the cap) above the same lowest f.
+        for_target = smallest_fraction(tokens_at, target_tokens, lowest, F_MAX)
         if for_target is None:
             reach = tokens_at(F_MAX)
             why = ("max_total_tokens=%d caps the pool" % max_total_tokens
@@ -173,7 +176,7 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
         "kv_pool_gib": round(pool_bytes / GIB, 4),
         "kv_pools": pools,
         "total_kv_tokens": tokens * pools,
-        "min_mem_fraction_static": round(max(0.0, 1 - (a - mm) / p), 6),
+        "min_mem_fraction_static": round(lowest, 6),
         "mem_fraction_for_target": for_target,
         "issues": issues,
     }

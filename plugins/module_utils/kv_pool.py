@@ -51,9 +51,9 @@ def reserved_gib(pre_load_free_gib, mem_fraction_static):
 
 
 def min_mem_fraction_static(pre_load_free_gib, post_load_free_gib):
-    """1 - A / P: the f at which the budget is 0 (SGLang >= 0.5.14 prints it as 'minimum viable')."""
-    p, a = check_memory(pre_load_free_gib, post_load_free_gib)[:2]
-    return 1 - a / p
+    """1 - A / P: the f at which the budget is 0 (SGLang >= 0.5.14 prints it as 'minimum viable');
+    lowest_viable_fraction without a multimodal reservation or a target."""
+    return lowest_viable_fraction(pre_load_free_gib, post_load_free_gib)
 
 
 def speculative_params(architecture=None, speculative_algorithm="EAGLE", speculative_num_steps=None,
@@ -201,6 +201,40 @@ def _round_up(f, resolution, tokens_at, target):
     return g
 
 
+def _fraction_for_target(p, a, mm, target, cell_size_bytes, page_size):
+    """(f, tokens_at): the smallest f whose pool, with the budget A - P * (1 - f) - mm, holds `target` tokens."""
+    def tokens_at(f):
+        return max_total_num_tokens(a - p * (1 - f) - mm, cell_size_bytes, page_size=page_size)
+
+    f = smallest_fraction(tokens_at, target, max(0.0, 1 - (a - mm) / p), F_MAX)
+    if f is None:
+        reserved = " - %.2f GiB multimodal reservation" % mm if mm else ""
+        raise KvModelError("target_tokens %d is out of reach: even mem_fraction_static -> 1 gives %d tokens "
+                           "(A = %.2f GiB%s / %s bytes per token)"
+                           % (target, tokens_at(F_MAX), a, reserved, cell_size_bytes))
+    return f, tokens_at
+
+
+def lowest_viable_fraction(pre_load_free_gib, post_load_free_gib, *, mm_reservation_gib=0.0, target_tokens=None,
+                           cell_size_bytes=None, page_size=1):
+    """The lowest --mem-fraction-static worth starting SGLang with, the one lower bound of the capacity report
+    (capacity()'s min_mem_fraction_static) and of the tuner's search (kv_search.lower_bound).
+
+    Without a target: 1 - (A - mm) / P, the f at which the KV budget less the multimodal reservation (mm, GiB:
+    mm_reservation_gib()) is 0; below it SGLang refuses to start (>= 0.5.14 prints it as 'minimum viable').
+    With target_tokens and cell_size_bytes: the smallest f whose pool holds that many tokens (page_size pages;
+    mixin/current arithmetic as mem_fraction_for_tokens, exact to the token). Raises KvModelError when the target is
+    out of reach.
+    """
+    p, a = check_memory(pre_load_free_gib, post_load_free_gib)[:2]
+    mm = checks.number("mm_reservation_gib", mm_reservation_gib, KvModelError, minimum=0)
+    if target_tokens is None:
+        return max(0.0, 1 - (a - mm) / p)
+    target = checks.integer("target_tokens", target_tokens, KvModelError, minimum=1)
+    checks.integer("page_size", page_size, KvModelError, minimum=1)
+    return _fraction_for_target(p, a, mm, target, cell_size_bytes, page_size)[0]
+
+
 def mem_fraction_for_tokens(target_tokens, cell_size_bytes, pre_load_free_gib, post_load_free_gib, *, page_size=1,
                             resolution=None):
     """The smallest --mem-fraction-static giving at least target_tokens (mixin/current arithmetic, no speculative
@@ -215,13 +249,5 @@ def mem_fraction_for_tokens(target_tokens, cell_size_bytes, pre_load_free_gib, p
     p, a = check_memory(pre_load_free_gib, post_load_free_gib)[:2]
     target = checks.integer("target_tokens", target_tokens, KvModelError, minimum=1)
     checks.integer("page_size", page_size, KvModelError, minimum=1)
-
-    def tokens_at(f):
-        return max_total_num_tokens(a - p * (1 - f), cell_size_bytes, page_size=page_size)
-
-    lo = max(0.0, 1 - a / p)
-    f = smallest_fraction(tokens_at, target, lo, F_MAX)
-    if f is None:
-        raise KvModelError("target_tokens %d is out of reach: even mem_fraction_static -> 1 gives %d tokens "
-                           "(A = %.2f GiB / %s bytes per token)" % (target, tokens_at(F_MAX), a, cell_size_bytes))
+    f, tokens_at = _fraction_for_target(p, a, 0.0, target, cell_size_bytes, page_size)
     return _round_up(f, resolution, tokens_at, target)

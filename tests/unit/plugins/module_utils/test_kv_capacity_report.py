@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_search
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity, mm_reservation_gib
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_cell import cell_size_bytes
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import kv_budget_gib
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
@@ -204,3 +205,32 @@ def test_hicache_what_if(kimi, llama70b):
     assert sized["hicache_host_gib_total"] == pytest.approx(16 * sized["hicache_host_gib_per_rank"], abs=1e-3)
     current = capacity(kimi, hicache_ratio=2.0, **FIELD)       # 0.5.23: host bytes/token exclude the draft
     assert current["hicache_host_gib_per_rank"] == pytest.approx(current["hicache_host_tokens"] * 70272 / GIB, abs=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# One lowest f: the report's min_mem_fraction_static and mem_fraction_for_target are the tuner's lower bound
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model,version,tp,page,transport,p,a,target,mm_mib", [
+    ("llama8b", "0.5.23", 1, 1, None, 78.9, 63.0, 300000, 0),           # text model: no reservation
+    ("llama70b", "0.5.9", 8, 64, None, 78.9, 60.0, 1000000, 0),         # mixin
+    ("kimi", "0.5.9", 8, 1, None, 94.04, 21.71, 250000, 0),             # a VLM before 0.5.18 reserves nothing
+    ("kimi", "0.5.23", 8, 1, None, 94.04, 21.71, 250000, 100),          # SGLANG_VLM_CACHE_SIZE_MB
+    ("kimi", "0.5.23", 8, 16, "cuda_ipc", 94.04, 21.71, 200000, 1124),  # + SGLANG_MM_FEATURE_CACHE_MB
+])
+def test_the_report_and_the_search_agree_on_the_lowest_fraction(request, model, version, tp, page, transport, p, a,
+                                                                target, mm_mib):
+    cfg = request.getfixturevalue(model)
+    r = capacity(cfg, 0.88, p, a, tp_size=tp, page_size=page, sglang_version=version, target_tokens=target,
+                 mm_feature_transport=transport)
+    mm = mm_reservation_gib(model_shape(cfg), version, transport)
+    assert mm == mm_mib / 1024
+    low = kv_search.lower_bound(p, a, mm_reservation_gib=mm)
+    assert round(low, 6) == r["min_mem_fraction_static"]
+    assert low == pytest.approx(1 - (a - mm) / p)
+    for_target = kv_search.lower_bound(p, a, target, r["cell_size_bytes"], page, mm_reservation_gib=mm)
+    assert for_target == r["mem_fraction_for_target"]
+    if mm:
+        # without the reservation the search would start below what the report calls viable
+        assert kv_search.lower_bound(p, a) < low
+        assert kv_search.lower_bound(p, a, target, r["cell_size_bytes"], page) < for_target

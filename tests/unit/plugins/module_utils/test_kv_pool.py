@@ -11,6 +11,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_cell import cel
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import (
     eagle_headroom_tokens,
     kv_budget_gib,
+    lowest_viable_fraction,
     max_total_num_tokens,
     mem_fraction_for_tokens,
     min_mem_fraction_static,
@@ -97,3 +98,38 @@ def test_inverse_resolution_rounds_up():
 def test_inverse_out_of_reach():
     with pytest.raises(KvModelError, match="out of reach"):
         mem_fraction_for_tokens(10 ** 7, 70272, 94.04, 21.71)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The lowest viable fraction (the capacity report's and the search's; test_kv_capacity_report shows they agree)
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_lowest_viable_fraction_without_a_reservation():
+    assert lowest_viable_fraction(94.04, 21.71) == min_mem_fraction_static(94.04, 21.71) == 1 - 21.71 / 94.04
+    assert lowest_viable_fraction(94.04, 21.71, target_tokens=250000, cell_size_bytes=70272, page_size=64) == \
+        mem_fraction_for_tokens(250000, 70272, 94.04, 21.71, page_size=64)
+    # a target the zero-budget f already holds does not lower it
+    assert lowest_viable_fraction(94.04, 21.71, target_tokens=1, cell_size_bytes=70272) > 1 - 21.71 / 94.04
+
+
+def test_the_multimodal_reservation_raises_the_lowest_fraction():
+    mm = 100 / 1024     # SGLANG_VLM_CACHE_SIZE_MB
+    low = lowest_viable_fraction(94.04, 21.71, mm_reservation_gib=mm)
+    assert low == pytest.approx(1 - (21.71 - mm) / 94.04) and low > lowest_viable_fraction(94.04, 21.71)
+    f = lowest_viable_fraction(94.04, 21.71, mm_reservation_gib=mm, target_tokens=250000, cell_size_bytes=70272)
+    assert f > mem_fraction_for_tokens(250000, 70272, 94.04, 21.71)
+    assert max_total_num_tokens(kv_budget_gib(94.04, 21.71, f) - mm, 70272) >= 250000
+    assert max_total_num_tokens(kv_budget_gib(94.04, 21.71, f - 1e-12) - mm, 70272) < 250000
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(mm_reservation_gib=-0.1), r"mm_reservation_gib must be >= 0"),
+    (dict(mm_reservation_gib="0.1"), r"mm_reservation_gib must be a finite number, got '0.1'"),
+    (dict(target_tokens=0, cell_size_bytes=70272), r"target_tokens must be >= 1, got 0"),
+    (dict(target_tokens=1000), r"cell_size_bytes must be a positive number, got None"),
+    (dict(target_tokens=10 ** 6, cell_size_bytes=70272, mm_reservation_gib=1.0),
+     r"out of reach: .*\(A = 21.71 GiB - 1.00 GiB multimodal reservation / 70272 bytes per token\)"),
+])
+def test_lowest_viable_fraction_rejects(kwargs, message):
+    with pytest.raises(KvModelError, match=message):
+        lowest_viable_fraction(94.04, 21.71, **kwargs)
