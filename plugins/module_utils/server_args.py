@@ -288,7 +288,7 @@ class _ReprParser(object):
             return int(token) if re.match(r"-?\d+$", token) else float(token)
         name = self._NAME.match(self.text, self.pos)
         if name and name.group(0) in self._CONSTANTS and self.text[name.end():name.end() + 1] in ("", " ", ",", ")",
-                                                                                                 "]", "}", ":"):
+                                                                                                  "]", "}", ":"):
             self.pos = name.end()
             return self._CONSTANTS[name.group(0)]
         return self._raw_until_balanced(start)
