@@ -100,7 +100,8 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     `shape` is a ModelShape or a config.json dict. Returns a dict (GiB rounded to 4 decimals):
     cell_size_bytes, kv_budget_gib (A - P*(1-f)), reserved_gib (P*(1-f)), mm_reservation_gib,
     max_total_num_tokens, swa_max_total_num_tokens (hybrid sliding-window models, else None), eagle_headroom_tokens
-    (classic EAGLE), kv_pool_gib, kv_pools (independent pools: dp_size), total_kv_tokens, min_mem_fraction_static,
+    (classic EAGLE), kv_pool_gib, kv_pools (independent pools: dp_size), total_kv_tokens, min_mem_fraction_static
+    (kv_pool.lowest_viable_fraction with mm_reservation_gib, as kv_search.lower_bound computes it),
     mem_fraction_for_target (None without target_tokens or when out of reach), sglang_era, attention,
     kv_cache_dtype, issues (why SGLang would not start, why the target is out of reach); and with observed facts
     observed_tokens, predicted_tokens, prediction_error_pct ((predicted - observed) / observed * 100).
