@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".venv" / "collections"))
 
 # pylint: disable=wrong-import-position
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import (  # noqa: E402
-    capacity, mem_fraction_for_tokens, model_shape)
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import mem_fraction_for_tokens  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape  # noqa: E402
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"

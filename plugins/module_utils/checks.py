@@ -21,6 +21,11 @@ def is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def is_integer(value):
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def number(name, value, error=InvalidInput, minimum=None, above=None, maximum=None):
     """``value`` as a float: finite, not a bool, and within the bounds given (minimum and maximum inclusive,
     above exclusive)."""

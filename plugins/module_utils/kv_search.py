@@ -108,19 +108,19 @@ def grid_up(value, resolution):
     return round(math.ceil(value / resolution - TOLERANCE) * resolution, decimals(resolution))
 
 
-def lower_bound(pre_load_free_gib, post_load_free_gib, target_tokens=None, cell_size_bytes=None, page_size=1):
-    """The lowest f worth trying: above the f at which the KV budget is 0 (SGLang refuses to start) and, with a
-    target (e.g. the required context length in tokens) and the cell size, the smallest f that gives it."""
+def lower_bound(pre_load_free_gib, post_load_free_gib, target_tokens=None, cell_size_bytes=None, page_size=1,
+                mm_reservation_gib=0.0):
+    """The lowest f worth trying: above the f at which the KV budget (less a multimodal model's reservation) is 0
+    (SGLang refuses to start) and, with a target (e.g. the required context length in tokens) and the cell size, the
+    smallest f that gives it. The capacity report's lowest f: kv_pool.lowest_viable_fraction."""
     # Imported here so the pure search above stays importable without the collection's package path.
-    from ansible_collections.llmserve.sglang.plugins.module_utils import kv_memory
+    from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pool
     try:
-        low = kv_memory.min_mem_fraction_static(pre_load_free_gib, post_load_free_gib)
-        if target_tokens is not None:
-            low = max(low, kv_memory.mem_fraction_for_tokens(target_tokens, cell_size_bytes, pre_load_free_gib,
-                                                             post_load_free_gib, page_size=page_size))
-    except kv_memory.KvModelError as exc:
+        return kv_pool.lowest_viable_fraction(pre_load_free_gib, post_load_free_gib,
+                                              mm_reservation_gib=mm_reservation_gib, target_tokens=target_tokens,
+                                              cell_size_bytes=cell_size_bytes, page_size=page_size)
+    except kv_pool.KvModelError as exc:
         raise KvSearchError(str(exc)) from exc
-    return low
 
 
 def new_state(pre_load_free_gib, f0, lo=None, cap=DEFAULT_CAP, resolution=DEFAULT_RESOLUTION, safety_gib=1.0,

@@ -13,7 +13,7 @@ import copy
 import json
 import os
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import KvModelError
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 
 MAX_CONFIG_BYTES = 16 * 2 ** 20   # a config.json is a few KiB; anything this large is not one
 

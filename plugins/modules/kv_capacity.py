@@ -350,7 +350,9 @@ inputs:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import KvModelError, capacity, model_shape
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
 from ansible_collections.llmserve.sglang.plugins.module_utils.model_config import load_model_config
 
 # option -> (default, keys looked up in startup_facts.server_args then in startup_facts)

@@ -4,7 +4,7 @@
 """The simulator's startup, read back through the collection's own log grammar and KV model.
 
 Two independent implementations must agree: the simulator (tools/sglang_sim, re-derived from SGLang's code) logs
-a KV pool, and the collection's kv_memory.capacity predicts it from the P and A in that same log.
+a KV pool, and the collection's kv_capacity_report.capacity predicts it from the P and A in that same log.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import os
 
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_memory
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_capacity_report, kv_defaults
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
 
 FIELD_TOKENS = 159277   # "KV Cache is allocated. #tokens: 159277" in the field (reference/sglang-memory.md)
@@ -25,8 +25,8 @@ def _config(profile):
 
 
 def _predicted(facts, profile, fraction, **kwargs):
-    return kv_memory.capacity(_config(profile), fraction, facts["pre_load_free_gib"], facts["post_load_free_gib"],
-                              **kwargs)["max_total_num_tokens"]
+    return kv_capacity_report.capacity(_config(profile), fraction, facts["pre_load_free_gib"],
+                                       facts["post_load_free_gib"], **kwargs)["max_total_num_tokens"]
 
 
 def test_field_at_088_matches_the_field_and_the_collection(make_sim):
@@ -99,7 +99,7 @@ def test_current_log_format_and_default_fraction(make_sim):
     assert "Init parallel ends." in log and "Capture target decode CUDA graph end. bs=[1, 2, 4," in log
     facts = parse_startup_log(log)
     assert facts["format"] == "current" and facts["failure"] is None
-    assert facts["server_args"]["mem_fraction_static"] == kv_memory.default_mem_fraction_static(
+    assert facts["server_args"]["mem_fraction_static"] == kv_defaults.default_mem_fraction_static(
         81559, 8, sglang_version="0.5.9")
     predicted = _predicted(facts, "h100-llama70b", facts["server_args"]["mem_fraction_static"], tp_size=8,
                            sglang_version="0.5.9")

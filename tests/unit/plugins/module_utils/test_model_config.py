@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import model_config as mc
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import KvModelError
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 
 CONFIGS = Path(__file__).resolve().parents[3] / "fixtures" / "configs"
 

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Two halves of the engine against SGLang itself: the facts that startup_log reads from a real startup log, fed
-to kv_memory's formula with the model's config.json, must give the #tokens that SGLang logged.
+to the KV model's formula (kv_capacity_report.capacity) with the model's config.json, must give the #tokens that
+SGLang logged.
 
 Each case states the prediction error measured when it was written; the bound is a little above it, so a change
 in either half that moves a prediction shows up here. Sources of the logs: tests/fixtures/logs/SOURCES.md; of the
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_memory import capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"

@@ -1,0 +1,193 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Everything at once for one server (the kv_capacity module): the KV pool SGLang builds, what f a token target
+needs, the multimodal reservation, and the what-ifs (idle headroom, hierarchical cache, the observed log)."""
+from __future__ import annotations
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import GIB, KvModelError
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_cell import cell_and_plan
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import (
+    F_MAX,
+    check_memory,
+    lowest_viable_fraction,
+    pool_sizes,
+    smallest_fraction,
+)
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import V_VLM_RESERVATION, kv_era, since
+
+
+def mm_reservation_gib(shape, sglang_version=None, mm_feature_transport=None):
+    """GiB a multimodal model reserves out of the KV budget (>= 0.5.18: SGLANG_VLM_CACHE_SIZE_MB = 100, plus
+    SGLANG_MM_FEATURE_CACHE_MB = 1024 with the cuda_ipc/cuda_vmm feature transport); env overrides not modelled."""
+    if not shape.is_vlm or not since(sglang_version, V_VLM_RESERVATION):
+        return 0.0
+    mib = 100
+    if mm_feature_transport in ("cuda_ipc", "cuda_vmm"):
+        mib += 1024
+    return mib / 1024
+
+
+def _observed_tokens(observed):
+    if not observed:
+        return None
+    if not isinstance(observed, dict):
+        raise KvModelError("observed startup facts must be a dict, got %s" % type(observed).__name__)
+    for key in ("max_total_num_tokens", "kv_tokens"):
+        value = observed.get(key)
+        if isinstance(value, list):
+            value = min((v for v in value if checks.is_integer(v)), default=None)
+        if checks.is_integer(value):
+            return value
+    return None
+
+
+def _idle_headroom(f, p, a, mm, sizes_at, observed, free_after_start_gib, safety_margin_gib, issues):
+    out = {"free_after_start_gib": None, "headroom_mem_fraction": None, "headroom_kv_budget_gib": None,
+           "headroom_tokens": None}
+    m = free_after_start_gib
+    if m is None and isinstance(observed, dict):
+        for key in ("post_capture_free_gib", "available_gpu_mem_gib"):
+            if checks.is_number(observed.get(key)):
+                m = observed[key]
+                break
+    if m is None:
+        return out
+    m = checks.number("free_after_start_gib", m, KvModelError, minimum=0)
+    safety = checks.number("safety_margin_gib", safety_margin_gib, KvModelError, minimum=0)
+    out["free_after_start_gib"] = round(m, 4)
+    fh = f + (m - safety) / p
+    if not 0 < fh < 1:
+        issues.append("the idle headroom gives mem_fraction_static %.4f (f %r + (%.2f - %.2f) / %.2f), outside (0, 1)"
+                      % (fh, f, m, safety, p))
+        return out
+    out["headroom_mem_fraction"] = fh
+    out["headroom_kv_budget_gib"] = round(a - p * (1 - fh) - mm, 4)
+    out["headroom_tokens"] = sizes_at(fh)["max_total_num_tokens"]
+    return out
+
+
+def _hicache(tokens, cell, page_size, ranks, hicache_ratio, hicache_size_gb):
+    """HostKVCache (memory_pool_host.py): size = int(device tokens * ratio), or int(size_gb * 1e9 // bytes per token);
+    then (size // page + 1) * page. Host bytes per token = the target's per-token KV (no draft)."""
+    out = {"hicache_host_tokens": None, "hicache_host_gib_per_rank": None, "hicache_host_gib_total": None}
+    if hicache_ratio is None and hicache_size_gb is None:
+        return out
+    if cell is None:
+        raise KvModelError("the hierarchical-cache what-if is not modelled for hybrid sliding-window models")
+    if hicache_size_gb is not None and checks.number("hicache_size_gb", hicache_size_gb, KvModelError) > 0:
+        size = int(hicache_size_gb * 1e9 // cell)
+    else:
+        ratio = checks.number("hicache_ratio", hicache_ratio, KvModelError, above=0)
+        size = int(tokens * ratio)
+    size = (size // page_size + 1) * page_size
+    out["hicache_host_tokens"] = size
+    out["hicache_host_gib_per_rank"] = round(size * cell / GIB, 4)
+    out["hicache_host_gib_total"] = round(size * cell * ranks / GIB, 4)
+    return out
+
+
+def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, *, tp_size=1, dp_size=1,
+             enable_dp_attention=False, kv_cache_dtype="auto", page_size=1, sglang_version=None,
+             target_tokens=None, max_total_tokens=None, speculative_algorithm=None, draft_layers=None,
+             speculative_num_steps=None, speculative_eagle_topk=None, speculative_num_draft_tokens=None,
+             max_running_requests=None, swa_full_tokens_ratio=0.8, dsa_kv_layout="auto", mm_feature_transport=None,
+             observed=None, free_after_start_gib=None, safety_margin_gib=2.0, hicache_ratio=None, hicache_size_gb=None):
+    """The KV pool SGLang builds for one model, server arguments, P, A and f; what f a target needs; and, with
+    observed startup facts (the sglang_startup_facts module's result), how far the prediction is from the log.
+
+    `shape` is a ModelShape or a config.json dict. Returns a dict (GiB rounded to 4 decimals):
+    cell_size_bytes, kv_budget_gib (A - P*(1-f)), reserved_gib (P*(1-f)), mm_reservation_gib,
+    max_total_num_tokens, swa_max_total_num_tokens (hybrid sliding-window models, else None), eagle_headroom_tokens
+    (classic EAGLE), kv_pool_gib, kv_pools (independent pools: dp_size), total_kv_tokens, min_mem_fraction_static
+    (kv_pool.lowest_viable_fraction with mm_reservation_gib, as kv_search.lower_bound computes it),
+    mem_fraction_for_target (None without target_tokens or when out of reach), sglang_era, attention,
+    kv_cache_dtype, issues (why SGLang would not start, why the target is out of reach); and with observed facts
+    observed_tokens, predicted_tokens, prediction_error_pct ((predicted - observed) / observed * 100).
+
+    Idle headroom (DESIGN's first prediction step): with m = free_after_start_gib (else the observed facts'
+    post_capture_free_gib, else available_gpu_mem_gib), headroom_mem_fraction = f + (m - safety_margin_gib) / P,
+    with headroom_kv_budget_gib and headroom_tokens at that f; None without m (an upper estimate: activations
+    under load need part of m). HiCache what-if (hicache_ratio, or hicache_size_gb in 1e9 bytes as SGLang reads
+    --hicache-size): hicache_host_tokens = int(tokens * ratio) (or size // bytes per token) rounded up to a page
+    plus one, hicache_host_gib_per_rank and hicache_host_gib_total (all ranks of the host); it never enlarges the
+    GPU pool.
+    """
+    p, a, f = check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static)
+    checks.integer("page_size", page_size, KvModelError, minimum=1)
+    checks.integer("max_total_tokens", max_total_tokens, KvModelError, minimum=1, allow_none=True)
+    checks.integer("target_tokens", target_tokens, KvModelError, minimum=1, allow_none=True)
+    checks.integer("max_running_requests", max_running_requests, KvModelError, minimum=1, allow_none=True)
+    cell, plan = cell_and_plan(shape, tp_size, dp_size, enable_dp_attention, kv_cache_dtype, sglang_version,
+                               speculative_algorithm, draft_layers, swa_full_tokens_ratio, dsa_kv_layout)
+    shape = plan["shape"]
+    mm = mm_reservation_gib(shape, sglang_version, mm_feature_transport)
+    swa = plan["swa"]
+    issues = []
+    pool_args = dict(page_size=page_size, max_total_tokens=max_total_tokens, sglang_version=sglang_version,
+                     speculative_algorithm=plan["speculative_algorithm"], max_running_requests=max_running_requests,
+                     speculative_num_steps=speculative_num_steps, speculative_eagle_topk=speculative_eagle_topk,
+                     speculative_num_draft_tokens=speculative_num_draft_tokens, architecture=shape.architecture,
+                     swa=swa)
+
+    def sizes_at(frac):
+        return pool_sizes(a - p * (1 - frac) - mm, cell, **pool_args)
+
+    budget = a - p * (1 - f)
+    lowest = lowest_viable_fraction(p, a, mm_reservation_gib=mm)
+    sizes = sizes_at(f)
+    tokens = sizes["max_total_num_tokens"]
+    if tokens == 0:
+        issues.append("the KV budget at mem_fraction_static=%r is %.3f GiB: SGLang refuses to start (raise "
+                      "mem_fraction_static above %.4f)" % (f, budget - mm, lowest))
+    if swa is None:
+        pool_bytes = tokens * cell
+    else:
+        full_layers = swa["full_layers"] + swa["draft_layers"]
+        swa_tokens = sizes["swa_max_total_num_tokens"] or 0
+        pool_bytes = (tokens * swa["full_bytes"] * full_layers + swa_tokens * swa["swa_bytes"] * swa["swa_layers"]
+                      if swa["full_layers"] else swa_tokens * swa["swa_bytes"] * swa["swa_layers"])
+    pools = dp_size if checks.is_integer(dp_size) else 1
+
+    for_target = None
+    if target_tokens is not None:
+        def tokens_at(frac):
+            return sizes_at(frac)["max_total_num_tokens"]
+        # The whole model's pool (speculative headroom, hybrid SWA, the cap) above the same lowest f.
+        for_target = smallest_fraction(tokens_at, target_tokens, lowest, F_MAX)
+        if for_target is None:
+            reach = tokens_at(F_MAX)
+            why = ("max_total_tokens=%d caps the pool" % max_total_tokens
+                   if max_total_tokens is not None and max_total_tokens < target_tokens
+                   else "even mem_fraction_static -> 1 gives %d tokens" % reach)
+            issues.append("target_tokens %d is out of reach: %s" % (target_tokens, why))
+
+    result = {
+        "sglang_era": kv_era(sglang_version),
+        "attention": shape.attention,
+        "kv_cache_dtype": plan["kv_cache_dtype"],
+        "cell_size_bytes": cell if isinstance(cell, int) else round(cell, 3),
+        "kv_budget_gib": round(budget, 4),
+        "reserved_gib": round(p * (1 - f), 4),
+        "mm_reservation_gib": round(mm, 4),
+        "max_total_num_tokens": tokens,
+        "swa_max_total_num_tokens": sizes["swa_max_total_num_tokens"],
+        "eagle_headroom_tokens": sizes["eagle_headroom_tokens"],
+        "kv_pool_gib": round(pool_bytes / GIB, 4),
+        "kv_pools": pools,
+        "total_kv_tokens": tokens * pools,
+        "min_mem_fraction_static": round(lowest, 6),
+        "mem_fraction_for_target": for_target,
+        "issues": issues,
+    }
+    result["mem_fraction_static"] = f
+    result.update(_idle_headroom(f, p, a, mm, sizes_at, observed, free_after_start_gib, safety_margin_gib, issues))
+    ranks = (tp_size if enable_dp_attention else tp_size * pools)
+    result.update(_hicache(tokens, plan["target_cell"], page_size, ranks, hicache_ratio, hicache_size_gb))
+    if observed:
+        seen = _observed_tokens(observed)
+        result["observed_tokens"] = seen
+        result["predicted_tokens"] = tokens
+        result["prediction_error_pct"] = (round((tokens - seen) / seen * 100, 4) if seen else None)
+    return result
