@@ -1,42 +1,82 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""kv_search: every branch of the state machine (predict, clamp, grid, bisect, init OOM floor, stops) and bad
-inputs. P = 94.04 GiB is the field case's free memory before weights (DESIGN.md)."""
+"""kv_search: the search's decisions from the cases in test_kv_search.yaml (trials in, next value out), the one
+written form of the value, and bad inputs."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_search as ks
 
+CASES = yaml.safe_load((Path(__file__).parent / "test_kv_search.yaml").read_text())
 P = 94.04
 
 
-def stable(f, m, tokens=None):
-    return {"f": f, "outcome": "stable", "min_free_gib": m, "tokens": tokens}
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_search_case(case):
+    state = ks.new_state(**case["start"])
+    assert ks.next_trial(state) == case["start"]["f0"]
+    for number, step in enumerate(case["trials"], 1):
+        # Every state survives JSON: the cases are data, and so are the states between trials.
+        state = json.loads(json.dumps(ks.record(state, step["trial"])))
+        expect = step["expect"]
+        where = "%s, after trial %d: %s" % (case["id"], number, state)
+        assert ks.next_trial(state) == expect["next"], where
+        for key in ("best", "floor", "ceiling", "predicted"):
+            if key in expect:
+                actual = state["trials"][-1]["predicted"] if key == "predicted" else state[key]
+                assert actual == expect[key], (key, where)
+        if "reason" in expect:
+            assert state["done"] and state["reason"].startswith(expect["reason"]), where
+        else:
+            assert not state["done"], where
 
 
-def fresh(f0=0.88, **kwargs):
-    kwargs.setdefault("safety_gib", 1.0)
-    return ks.new_state(P, f0, **kwargs)
+def test_record_after_done_is_an_error():
+    state = ks.new_state(P, 0.80, budget=1)
+    state = ks.record(state, {"f": 0.80, "outcome": "stable", "min_free_gib": 20.0})
+    assert state["done"]
+    with pytest.raises(ks.KvSearchError, match="finished"):
+        ks.record(state, {"f": 0.9, "outcome": "stable", "min_free_gib": 1.0})
 
 
-def test_first_trial_is_the_current_value():
-    state = fresh()
-    assert ks.next_trial(state) == 0.88
-    assert ks.best(state) is None
-    assert "next 0.880" in ks.describe(state)
+def test_slope_is_the_formula_until_two_values_held():
+    state = ks.new_state(P, 0.80, resolution=0.001)
+    assert ks.slope(state) == P
+    state = ks.record(state, {"f": 0.80, "outcome": "stable", "min_free_gib": 12.0, "growth": 1.1})
+    assert ks.slope(state) == pytest.approx(P * 1.1)
 
 
-def test_predict_rounds_down_to_the_grid():
-    state = ks.record(fresh(), stable(0.88, 4.27, 159282))
-    # 0.88 + 3.27 / 94.04 = 0.91477 -> 0.910 on the 0.005 grid (never above what was measured)
-    assert ks.next_trial(state) == 0.91
-    assert ks.best(state) == 0.88
-    assert state["trials"][0]["predicted"] == 0.91
-    assert "159282 tokens" in ks.describe(state)
+@pytest.mark.parametrize("value, resolution, text", [
+    (0.91, 0.005, "0.910"), (0.9125, 0.0005, "0.9125"), (0.9, 0.01, "0.90"), (0.88, None, "0.88"),
+    (0.8825, None, "0.8825"), (0.1 + 0.7, None, "0.7999999999999999"),
+])
+def test_value_text_round_trips(value, resolution, text):
+    assert ks.value_text(value, resolution) == text
+    assert ks.same_value(ks.parse_value(text), value)
+
+
+def test_every_grid_value_is_written_and_read_back_the_same():
+    for resolution in (0.01, 0.005, 0.001, 0.0005, 0.0001):
+        for step in range(1, int(round(1 / resolution))):
+            value = ks.grid_down(step * resolution, resolution)
+            assert ks.parse_value(ks.value_text(value, resolution)) == value, (resolution, step)
+
+
+def test_value_off_its_grid_is_refused():
+    with pytest.raises(ks.KvSearchError, match="not on the 0.005 grid"):
+        ks.value_text(0.9125, 0.005)
+
+
+@pytest.mark.parametrize("text", ["0.9x", "", "1.0", "0", "nan", None])
+def test_parse_value_refuses(text):
+    with pytest.raises(ks.KvSearchError):
+        ks.parse_value(text)
 
 
 def test_grid_helpers():
@@ -45,110 +85,13 @@ def test_grid_helpers():
     assert ks.grid_up(0.7701, 0.005) == 0.775
     assert ks.grid_up(0.77, 0.005) == 0.77
     assert ks.grid_down(0.9127, 0.001) == 0.912
+    assert ks.decimals(0.005) == 3 and ks.decimals(0.0005) == 4 and ks.decimals(0.01) == 2
 
 
-def test_prediction_clamped_to_cap():
-    state = ks.record(fresh(cap=0.9), stable(0.88, 20.0))
-    assert ks.next_trial(state) == 0.9
-    state = ks.record(state, stable(0.9, 18.0))
-    assert state["done"] and ks.best(state) == 0.9
-    assert "bracket" in state["reason"]
-
-
-def test_converged_when_headroom_below_one_step():
-    state = ks.record(fresh(), stable(0.88, 4.27))
-    state = ks.record(state, stable(0.91, 1.29))
-    assert ks.next_trial(state) is None
-    assert ks.best(state) == 0.91
-    assert state["reason"].startswith("converged")
-    assert "done (converged" in ks.describe(state)
-
-
-def test_predict_again_when_headroom_remains():
-    state = ks.record(fresh(resolution=0.001), stable(0.80, 6.0))
-    first = ks.next_trial(state)
-    state = ks.record(state, stable(first, 3.0))
-    assert ks.next_trial(state) > first
-
-
-def test_runtime_oom_bisects_between_stable_and_failed():
-    state = ks.record(fresh(), stable(0.88, 4.27))
-    state = ks.record(state, {"f": 0.91, "outcome": "runtime_oom"})
-    assert ks.next_trial(state) == 0.895        # (0.885 + 0.905) / 2 on the grid
-    state = ks.record(state, {"f": 0.895, "outcome": "capture_oom"})
-    assert ks.next_trial(state) == 0.885
-    state = ks.record(state, {"f": 0.885, "outcome": "crash"})
-    assert state["done"] and ks.best(state) == 0.88
-    assert "bracket" in state["reason"]
-
-
-def test_stable_prediction_never_reaches_a_failed_value():
-    state = ks.record(fresh(), stable(0.88, 4.27))
-    state = ks.record(state, {"f": 0.91, "outcome": "timeout"})
-    state = ks.record(state, stable(0.895, 3.0))
-    # 0.895 + 2 / 94.04 = 0.916 but 0.91 failed: clamp below it
-    assert ks.next_trial(state) == 0.905
-
-
-def test_stable_below_the_margin_is_an_upper_bound():
-    state = ks.record(fresh(0.84), stable(0.84, 8.25))
-    state = ks.record(state, stable(0.915, 0.79))
-    assert ks.best(state) == 0.84
-    assert state["ceiling"] == 0.915
-    assert ks.next_trial(state) == 0.91          # 0.915 - 0.21 / 94.04 rounded down
-
-
-def test_init_oom_raises_the_floor():
-    state = fresh(0.70, lo=0.5)
-    state = ks.record(state, {"f": 0.70, "outcome": "init_oom"})
-    assert state["floor"] == 0.705
-    assert ks.next_trial(state) == 0.84          # halfway from the floor to the cap 0.98, on the grid
-    state = ks.record(state, {"f": 0.84, "outcome": "init_oom"})
-    assert state["floor"] == 0.845
-    assert ks.next_trial(state) == 0.91
-    assert ks.best(state) is None
-
-
-def test_prediction_does_not_move():
-    # stable at 0.88; 0.89 is stable but eats the margin and predicts 0.880: no grid point above the best
-    state = ks.record(fresh(resolution=0.005), stable(0.88, 4.27))
-    state = ks.record(state, stable(0.89, 0.5))
-    assert state["done"] and state["reason"] == "prediction does not move"
-    assert ks.best(state) == 0.88
-
-
-def test_only_unstable_measurements_bisect_down_to_the_floor():
-    state = ks.record(fresh(0.9, lo=0.895), stable(0.9, 0.0))
-    assert ks.next_trial(state) == 0.895           # predicted 0.885, raised to the floor
-    state = ks.record(state, stable(0.895, 0.0))
-    assert state["done"] and ks.best(state) is None
-    assert "best none" in ks.describe(state)
-
-
-def test_no_move_when_candidate_already_tried():
-    state = ks.record(fresh(0.9, lo=0.85), stable(0.9, 0.5))
-    candidate = ks.next_trial(state)
-    assert candidate == 0.89
-    state["trials"].append({"f": 0.885, "outcome": "crash", "min_free_gib": None, "tokens": None})
-    state = ks.record(state, stable(0.89, 0.99))
-    assert state["done"] and state["reason"] == "prediction does not move"
-
-
-def test_budget_spent():
-    state = ks.record(fresh(budget=2), stable(0.80, 20.0))
-    assert ks.next_trial(state) is not None
-    state = ks.record(state, stable(ks.next_trial(state), 10.0))
-    assert state["done"] and state["reason"] == "trial budget spent"
-    assert "done (trial budget spent)" in ks.describe(state)
-    with pytest.raises(ks.KvSearchError, match="finished"):
-        ks.record(state, stable(0.9, 1.0))
-
-
-def test_state_is_json():
-    state = ks.record(fresh(), stable(0.88, 4.27, 159282))
-    again = json.loads(json.dumps(state))
-    assert ks.next_trial(again) == ks.next_trial(state)
-    assert ks.record(again, stable(0.91, 1.29))["best"] == 0.91
+@pytest.mark.parametrize("resolution", [0, -0.01, 0.2, 0.00001, 1 / 3.0, True])
+def test_resolution_must_be_a_decimal_step(resolution):
+    with pytest.raises(ks.KvSearchError, match="resolution"):
+        ks.check_resolution(resolution)
 
 
 def test_lower_bound_from_the_formula():
@@ -165,7 +108,7 @@ def test_lower_bound_from_the_formula():
     ({"resolution": 0}, "resolution"), ({"resolution": -0.01}, "resolution"),
     ({"budget": 0}, "budget"), ({"budget": 2.5}, "budget"),
     ({"pre_load_free_gib": 0}, "pre_load_free_gib"), ({"pre_load_free_gib": float("nan")}, "pre_load_free_gib"),
-    ({"safety_gib": -1}, "safety_gib"), ({"lo": 0.99}, "lower bound"),
+    ({"safety_gib": -1}, "safety_gib"), ({"lo": 0.99}, "lower bound"), ({"guess": 1.5}, "guess"),
 ])
 def test_bad_inputs(kwargs, match):
     args = {"pre_load_free_gib": P, "f0": 0.88}
@@ -178,7 +121,9 @@ def test_bad_inputs(kwargs, match):
 @pytest.mark.parametrize("trial,match", [
     ({"f": 0.9, "outcome": "exploded"}, "outcome"), ({"f": 1.0, "outcome": "stable", "min_free_gib": 1}, "trial f"),
     ({"f": 0.9, "outcome": "stable"}, "min_free_gib"), ("stable", "dict"),
+    ({"f": 0.9, "outcome": "runtime_oom", "oom_deficit_gib": -1}, "oom_deficit_gib"),
+    ({"f": 0.9, "outcome": "stable", "min_free_gib": 2, "growth": 0.5}, "growth"),
 ])
 def test_bad_trials(trial, match):
     with pytest.raises(ks.KvSearchError, match=match):
-        ks.record(fresh(), trial)
+        ks.record(ks.new_state(P, 0.88), trial)
