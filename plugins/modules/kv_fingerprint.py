@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: kv_fingerprint
-short_description: The memory-picture fingerprint of a running SGLang server, read from its systemd unit
+short_description: The memory-picture fingerprint of an SGLang unit's server, and whether its KV pin still holds
 version_added: 0.1.0
 author:
   - llmserve.sglang contributors (@llmserve)
@@ -20,8 +20,14 @@ description:
   - Returns the fingerprint the KV tuner pins a value under (GPU model, count and memory; driver, CUDA and SGLang
     versions; model path, sha256 of C(config.json) and revision; the memory-relevant server arguments) and its
     sha256. A pinned value stays valid while the hash is unchanged.
-  - Fails, changing nothing, when the unit is not running, its command line has no C(--model-path), the model
-    directory or its C(config.json) is missing, or the SGLang version or the GPUs cannot be read.
+  - Reads the unit's pin (its entry in O(fact_path), written by the KV tuner) and says in RV(retune_reason) why
+    it must be tuned again, or V(null) when the fingerprint hash and the running value are the pinned ones: the
+    KV tuner's "nothing to do" is this one call.
+  - Also says whether the unit can be tuned at all (RV(takes_kv_args)) and whether a trial of an earlier tuner run
+    was left unconfirmed (RV(trial_pending)).
+  - Fails, changing nothing, when the unit is not running (unless O(require_running=false)), its command line has
+    no C(--model-path), the model directory or its C(config.json) is missing, or the SGLang version or the GPUs
+    cannot be read.
   - Secret arguments (C(--api-key), C(--admin-api-key), C(--ssl-keyfile-password)) are never returned.
 requirements:
   - systemd on the managed host, and the right to read the server's C(/proc/<pid>/cmdline) (root).
@@ -43,6 +49,16 @@ options:
       - The revision of the model's weights (a Hugging Face commit, a release tag), when the path alone does not
         say it. Part of the fingerprint.
     type: str
+  fact_path:
+    description: The local fact file of the KV tuner's pins (JSON, one entry per unit).
+    type: path
+    default: /etc/ansible/facts.d/sglang_kv.fact
+  require_running:
+    description:
+      - Fail when the unit is not running. With V(false), a stopped unit is reported with RV(running=false) and no
+        fingerprint.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - llmserve.sglang.gpu_probe
 seealso:
@@ -55,14 +71,45 @@ EXAMPLES = r"""
   llmserve.sglang.kv_fingerprint:
   register: fp
 
-- name: Re-tune only when the memory picture changed
+- name: Say whether the pinned value still holds
   ansible.builtin.debug:
-    msg: "retune: {{ fp.fingerprint_hash != ansible_local.sglang_kv['sglang.service'].fingerprint_hash }}"
+    msg: "{{ fp.retune_reason or 'the pin holds' }}"
 """
 
 RETURN = r"""
+running:
+  description: Whether the unit's server runs (C(ActiveState=active) with a main process).
+  returned: success
+  type: bool
+  sample: true
+takes_kv_args:
+  description: Whether the unit's ExecStart uses C($LLMSERVE_KV_ARGS), so that the tuner's drop-ins set its value.
+  returned: success
+  type: bool
+  sample: true
+trial_pending:
+  description: Whether a trial drop-in of the KV tuner (C(/run/systemd/system/<unit>.d/90-kv-trial.conf)) is there.
+  returned: success
+  type: bool
+  sample: false
+pin:
+  description: The unit's entry in O(fact_path) (the pinned value and what proved it); V(null) when never tuned.
+  returned: success
+  type: dict
+  sample: {"mem_fraction_static": 0.91, "tokens": 202389, "fingerprint_hash": "5d41...", "time": "2026-11-30T10:00:00Z"}
+retune_reason:
+  description: Why the unit must be tuned (V(never tuned), V(fingerprint changed: versions.driver), ...); V(null)
+    when the pin holds. V(null) too when the unit does not run.
+  returned: success
+  type: str
+  sample: "fingerprint changed: versions.sglang"
+config:
+  description: The model's C(config.json) as data; V(null) when the model path is a Hugging Face id.
+  returned: success
+  type: dict
+  sample: {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 80}
 fingerprint:
-  description: The fingerprint, in sections C(gpu), C(versions), C(model) and C(server_args).
+  description: The fingerprint, in sections C(gpu), C(versions), C(model) and C(server_args); V(null) when not running.
   returned: success
   type: dict
   sample: {"gpu": {"name": "NVIDIA H200", "count": 8, "memory_total_mib": 143771},
@@ -70,7 +117,7 @@ fingerprint:
            "model": {"path": "/models/deepseek-v3", "config_sha256": "9f2c...", "revision": null},
            "server_args": {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3"}}
 fingerprint_hash:
-  description: sha256 of the canonical JSON of RV(fingerprint).
+  description: sha256 of the canonical JSON of RV(fingerprint); V(null) when not running.
   returned: success
   type: str
   sample: 5d41402abc4b2a76b9719d911017c592ae2b0b5ab0d1b5a1f3f0b4c8d2f3e4a1
@@ -126,11 +173,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import server_args as sa
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin, server_args as sa
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import FingerprintError, fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
     C_LOCALE, SystemctlError, unit_properties)
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import retune_reason
 _VERSION_SNIPPET = "import json, sglang; print(json.dumps(str(sglang.__version__)))"
 
 
@@ -166,11 +214,24 @@ def sglang_version(module, python):
         module.fail_json(msg="the server's interpreter %s printed no SGLang version: %r" % (python, out[-200:]))
 
 
+def read_pin(module, fact_path, unit):
+    """The unit's entry in the tuner's fact file, or None."""
+    try:
+        with open(fact_path, encoding="utf-8") as handle:
+            return kv_pin.read_facts(handle.read()).get(unit)
+    except FileNotFoundError:
+        return None
+    except (OSError, kv_pin.PinError) as exc:
+        module.fail_json(msg="cannot read the KV pins in %s: %s" % (fact_path, exc))
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             unit=dict(type="str", default="sglang.service"),
             model_revision=dict(type="str"),
+            fact_path=dict(type="path", default=kv_pin.FACT_PATH),
+            require_running=dict(type="bool", default=True),
             nvidia_smi=dict(type="path"),
             prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
         ),
@@ -178,13 +239,23 @@ def main() -> None:
     )
     unit = module.params["unit"]
     try:
-        state = unit_properties(module, unit, ["MainPID", "ActiveState", "SubState", "InvocationID"])
-    except SystemctlError as exc:
+        paths = kv_pin.paths(unit)
+        state = unit_properties(module, unit, ["MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart"])
+    except (SystemctlError, kv_pin.PinError) as exc:
         module.fail_json(msg=str(exc))
     pid = int(state.get("MainPID") or 0)
-    if state.get("ActiveState") != "active" or pid == 0:
-        module.fail_json(msg="%s is not running (ActiveState=%s, SubState=%s): start it before fingerprinting"
-                             % (unit, state.get("ActiveState"), state.get("SubState")))
+    unit_facts = dict(
+        changed=False, running=state.get("ActiveState") == "active" and pid > 0,
+        takes_kv_args="$" + kv_pin.KV_ARGS_VARIABLE in (state.get("ExecStart") or ""),
+        trial_pending=os.path.lexists(paths["trial"]), pin=read_pin(module, module.params["fact_path"], unit),
+        main_pid=pid, invocation_id=state.get("InvocationID") or None)
+    if not unit_facts["running"]:
+        if module.params["require_running"]:
+            module.fail_json(msg="%s is not running (ActiveState=%s, SubState=%s): start it before fingerprinting"
+                                 % (unit, state.get("ActiveState"), state.get("SubState")))
+        module.exit_json(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
+                         api_key_set=None, url=None, model_path=None, model_config=None, config=None,
+                         sglang_version=None, retune_reason=None, **unit_facts)
     try:
         argv = read_argv(pid)
     except OSError as exc:
@@ -194,6 +265,10 @@ def main() -> None:
     if not isinstance(model_path, str) or not model_path:
         module.fail_json(msg="the command line of %s has no --model-path: %s" % (unit, " ".join(argv[:3])))
     config_path, config_text = model_config_text(module, model_path)
+    try:
+        config = json.loads(config_text) if config_text is not None else None
+    except ValueError as exc:
+        module.fail_json(msg="the model's %s is not JSON: %s" % (config_path, exc))
     version = sglang_version(module, argv[0])
 
     def run_command(command):
@@ -204,17 +279,15 @@ def main() -> None:
                      which=module.get_bin_path)
         fp = fingerprint(gpus["gpus"], gpus["driver_version"], gpus["cuda_driver_version"], version, model_path,
                          config_text=config_text, model_revision=module.params["model_revision"], server_args=args)
-    except (GpuProbeError, FingerprintError) as exc:
-        module.fail_json(msg="cannot fingerprint %s: %s" % (unit, exc))
-    try:
         mfs = sa.mem_fraction_static(args)
-    except sa.ServerArgsError as exc:
-        module.fail_json(msg="the command line of %s: %s" % (unit, exc))
+    except (GpuProbeError, FingerprintError, sa.ServerArgsError) as exc:
+        module.fail_json(msg="cannot fingerprint %s: %s" % (unit, exc))
+    digest = fingerprint_hash(fp)
     module.exit_json(
-        changed=False, fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args,
-        mem_fraction_static=mfs, api_key_set=args.get("api_key") is not None,
-        url=sa.probe_url(args), model_path=model_path, model_config=config_path, sglang_version=version,
-        main_pid=pid, invocation_id=state.get("InvocationID") or None)
+        fingerprint=fp, fingerprint_hash=digest, server_args=args, mem_fraction_static=mfs,
+        api_key_set=args.get("api_key") is not None, url=sa.probe_url(args), model_path=model_path,
+        model_config=config_path, config=config, sglang_version=version,
+        retune_reason=retune_reason(unit_facts["pin"], fp, digest, mfs), **unit_facts)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ description:
     until it answers with HTTP 200, for at most O(timeout) seconds. C(/health) alone is not trusted, it can answer
     while the engine hangs."
   - With O(unit), checks the systemd unit between polls and stops at once when it is no longer starting or running
-    (C(failed), C(inactive)) or when systemd restarted it (a crash during startup). A server that cannot start is
-    reported in seconds, not after O(timeout).
+    (C(failed), C(inactive)) or when it was started again (a crash during startup that systemd restarted, or any
+    other restart: its C(InvocationID) changed). A server that cannot start is reported in seconds, not after
+    O(timeout). When ready, RV(invocation_id) names the start of the unit that answered.
   - Not becoming ready is a result (RV(ready=false) with RV(reason)), not a module failure, so that a caller can
     classify it; the module fails only on invalid options.
 attributes:
@@ -84,6 +85,11 @@ detail:
   returned: always
   type: str
   sample: "ActiveState=failed SubState=failed Result=exit-code"
+invocation_id:
+  description: With O(unit), the unit's C(InvocationID) when the server answered (it changes with every start).
+  returned: always
+  type: str
+  sample: 0b5cd4e2a1f34c7c9e2f6d5a4b3c2d1e
 elapsed_s:
   description: Seconds waited.
   returned: always
@@ -103,7 +109,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands impo
 def unit_state(module, unit):
     """The unit's state, or {} when it cannot be read (the HTTP probe alone then decides)."""
     try:
-        return unit_properties(module, unit, ["ActiveState", "SubState", "Result", "NRestarts"])
+        return unit_properties(module, unit, ["ActiveState", "SubState", "Result", "NRestarts", "InvocationID"])
     except SystemctlError:
         return {}
 
@@ -143,27 +149,33 @@ def main() -> None:
         module.fail_json(msg="timeout and interval must be > 0, got %s and %s" % (params["timeout"], params["interval"]))
     unit = params["unit"]
     start = time.monotonic()
-    restarts = unit_state(module, unit).get("NRestarts") if unit else None
-    last_error = None
+    first = unit_state(module, unit) if unit else {}
+
+    def stop(ready, reason, detail, state=None):
+        module.exit_json(changed=False, ready=ready, reason=reason, detail=detail,
+                         invocation_id=(state or {}).get("InvocationID") or None,
+                         elapsed_s=round(time.monotonic() - start, 1))
+
     while True:
-        elapsed = time.monotonic() - start
-        left = params["timeout"] - elapsed
+        left = params["timeout"] - (time.monotonic() - start)
         last_error = poll(params["url"], params["check"], params["api_key"], max(1.0, min(30.0, left)))
-        if last_error is None:
-            module.exit_json(changed=False, ready=True, reason=None, detail="HTTP 200", elapsed_s=round(elapsed, 1))
+        state = unit_state(module, unit) if unit else {}
+        if last_error is None and not _restarted(first, state):
+            stop(True, None, "HTTP 200", state)
         if unit:
-            state = unit_state(module, unit)
             detail = " ".join("%s=%s" % item for item in sorted(state.items()))
             if state.get("ActiveState") in ("failed", "inactive"):
-                module.exit_json(changed=False, ready=False, reason="unit_failed", detail=detail,
-                                 elapsed_s=round(time.monotonic() - start, 1))
-            if restarts is not None and state.get("NRestarts") not in (None, restarts):
-                module.exit_json(changed=False, ready=False, reason="unit_restarted", detail=detail,
-                                 elapsed_s=round(time.monotonic() - start, 1))
+                stop(False, "unit_failed", detail)
+            if _restarted(first, state):
+                stop(False, "unit_restarted", detail)
         if time.monotonic() - start + params["interval"] > params["timeout"]:
-            module.exit_json(changed=False, ready=False, reason="timeout", detail=last_error,
-                             elapsed_s=round(time.monotonic() - start, 1))
+            stop(False, "timeout", last_error)
         time.sleep(params["interval"])
+
+
+def _restarted(first, now):
+    """Whether the unit was started again since the wait began: systemd's own restarts or any other start."""
+    return any(first.get(key) and now.get(key) and first[key] != now[key] for key in ("NRestarts", "InvocationID"))
 
 
 if __name__ == "__main__":

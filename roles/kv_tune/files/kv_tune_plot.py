@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import sys
 
-MARKERS = {"stable": ("o", "tab:green"), "init_oom": ("v", "tab:purple"), "capture_oom": ("X", "tab:red"),
-           "runtime_oom": ("X", "tab:red"), "timeout": ("s", "tab:orange"), "crash": ("D", "tab:brown")}
+MARKERS = {"stable": ("o", "tab:green"), "init_oom": ("v", "tab:purple"), "startup_oom": ("X", "tab:red"),
+           "runtime_oom": ("X", "tab:red"), "timeout": ("s", "tab:orange"), "crash": ("D", "tab:brown"),
+           "unverified": ("P", "tab:gray")}
 
 
 def plot(report: dict, out: str) -> None:

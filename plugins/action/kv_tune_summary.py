@@ -1,0 +1,73 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet summary of a KV tuning run, on the controller (documentation: plugins/modules/kv_tune_summary.py).
+
+The rows are module_utils/kv_tune.py's summary_rows; this file reads the hosts' registered results and writes
+summary.json on the controller itself (no module process: a no-op run of tune_kv.yml stays cheap).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import summary_rows
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
+
+display = Display()
+
+ARGUMENT_SPEC = dict(
+    hosts=dict(type="list", elements="str", required=True),
+    report_dir=dict(type="path", required=True),
+    result_var=dict(type="str", default="kv_tune_outcome"),
+)
+
+
+def write_if_changed(path, text):
+    """Write ``text`` to ``path`` atomically unless it holds it already; whether it wrote."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == text:
+                return False
+    except FileNotFoundError:
+        pass
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=directory, prefix=".summary.")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return True
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        super(ActionModule, self).run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        hostvars = task_vars.get("hostvars", {})
+        hosts = [host for host in args["hosts"] if host != "localhost"]
+        outcomes = {}
+        for host in hosts:
+            outcome = hostvars[host].get(args["result_var"]) if host in hostvars else None
+            outcomes[host] = plain(dict(outcome)) if outcome is not None else None
+        rows = summary_rows(outcomes)
+        path = os.path.join(args["report_dir"], "summary.json")
+        changed = False
+        if rows:
+            try:
+                changed = write_if_changed(path, json.dumps(rows, indent=4, sort_keys=True) + "\n")
+            except OSError as exc:
+                raise AnsibleActionFail("cannot write %s: %s" % (path, exc))
+        for row in rows:
+            display.display(row["line"])
+        display.display("reports: %s" % args["report_dir"])
+        return {"changed": changed, "rows": rows, "path": path if rows else None}

@@ -1,0 +1,567 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The KV tuner's decisions for one SGLang unit, as a state machine that does no I/O (docs/DESIGN.md, "The tuner").
+
+The ``llmserve.sglang.kv_tune`` action plugin is the only caller: it reads the host through the collection's modules,
+hands each observation to :class:`Tuner`, and performs the step it returns. Everything that is decided lives here
+and is unit-tested from observations alone:
+
+- whether there is anything to do (:func:`retune_reason`: the pin, the fingerprint, the running value, force);
+- the settings and their errors (:func:`check_settings`);
+- what a trial was (:func:`classify_trial`, by the phase in which it ended) and whether the server ran the value it
+  was given (:func:`readback_error`, from its command line and its startup log);
+- the order of steps (:meth:`Tuner.advance`): trial (a restart on a value, or the running server measured in place),
+  commit (a new best becomes the host's last-known-good), revert (back to the last-known-good), pin (the fact), done;
+- the records: each trial's row, the result, the fact entry, the progress and result lines, and the fleet summary.
+
+Steps are dicts: ``{"do": "trial", "n": 2, "value": 0.91, "text": "0.910", "restart": True}``, ``{"do": "commit",
+"value": .., "text": ..}``, ``{"do": "revert", "value": .., "text": .., "why": ..}``, ``{"do": "pin"}`` and ``{"do":
+"done", "status": "tuned" | "no_stable_value" | "failed", "msg": ..}``. The commit-confirmed protocol around them
+(a trial armed with a revert timer on the host, confirmed only by a commit) is the kv_trial module's.
+"""
+from __future__ import annotations
+
+import re
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_base, kv_capacity_report, kv_cell, kv_search, kv_shape
+from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import fingerprint_diff
+
+# The trial records written into the host's fact (the report keeps every field).
+FACT_TRIAL_KEYS = ("n", "f", "text", "outcome", "restart", "tokens", "min_free_gib")
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9_.@-]+\.service$")
+_OOM_KINDS = ("capture_oom", "runtime_oom")
+
+
+class TuneError(checks.InvalidInput):
+    """A setting or an observation the tuner cannot work with; the message says which and what to do."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------------------------
+
+def check_settings(raw):
+    """The tuner's settings (the role's kv_tune_* variables without the prefix) checked and typed. Raises TuneError
+    with the variable's name before anything on the host changes."""
+    def need(ok, msg):
+        if not ok:
+            raise TuneError("Invalid input for llmserve.sglang.kv_tune: " + msg)
+
+    def num(name, kind=float):
+        try:
+            return checks.parse_number("kv_tune_" + name, raw.get(name), kind, TuneError)
+        except TuneError as exc:
+            raise TuneError("Invalid input for llmserve.sglang.kv_tune: %s" % exc) from None
+
+    unit = str(raw.get("unit") or "")
+    need(_UNIT_NAME.match(unit), "kv_tune_unit must be a systemd service name such as sglang.service (got '%s')."
+         % unit)
+    settings = {"unit": unit, "force": bool(raw.get("force")), "start": None}
+    if raw.get("start") is not None:
+        settings["start"] = num("start")
+        need(0 < settings["start"] < 1, "kv_tune_start must lie strictly between 0 and 1 (got %s)." % raw["start"])
+    settings["cap"] = num("cap")
+    need(0 < settings["cap"] < 1, "kv_tune_cap must lie strictly between 0 and 1 (got %s)." % raw["cap"])
+    need(settings["start"] is None or settings["cap"] >= settings["start"],
+         "kv_tune_cap (%s) is below kv_tune_start (%s): there is nothing to search." % (raw["cap"], raw["start"]))
+    settings["resolution"] = num("resolution")
+    try:
+        kv_search.check_resolution(settings["resolution"])
+    except kv_search.KvSearchError:
+        need(False, "kv_tune_resolution must be a decimal step in [%s, 0.1] such as 0.005 or 0.0005 (got %s)."
+             % (kv_search.MIN_RESOLUTION, raw["resolution"]))
+    need(settings["start"] is None or kv_search.on_grid(settings["start"], settings["resolution"]),
+         "kv_tune_start (%s) is not on the kv_tune_resolution grid (%s)." % (raw.get("start"), raw["resolution"]))
+    settings["safety_gib"] = num("safety_gib")
+    need(settings["safety_gib"] >= 0, "kv_tune_safety_gib must be >= 0 (got %s)." % raw["safety_gib"])
+    settings["budget"] = num("budget", int)
+    need(settings["budget"] >= 1, "kv_tune_budget must be at least 1 (got %s)." % raw["budget"])
+    settings["min_tokens"] = None if raw.get("min_tokens") is None else num("min_tokens", int)
+    need(settings["min_tokens"] is None or settings["min_tokens"] > 0,
+         "kv_tune_min_tokens must be a positive token count (got %s)." % raw.get("min_tokens"))
+    for name in ("ready_timeout", "ready_interval", "stress_duration", "confirm_timeout"):
+        settings[name] = num(name)
+    need(settings["ready_timeout"] > 0 and settings["ready_interval"] > 0 and settings["stress_duration"] > 0
+         and settings["confirm_timeout"] > settings["ready_timeout"] + settings["stress_duration"],
+         "kv_tune_ready_timeout, kv_tune_ready_interval and kv_tune_stress_duration must be > 0, and "
+         "kv_tune_confirm_timeout (%s) longer than a trial (ready timeout + load), or the host would revert a trial "
+         "that is still running." % raw["confirm_timeout"])
+    settings["stress_fill_ratio"] = num("stress_fill_ratio")
+    need(0 < settings["stress_fill_ratio"] <= 1,
+         "kv_tune_stress_fill_ratio must lie in (0, 1] (got %s)." % raw["stress_fill_ratio"])
+    return settings
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Is there anything to do
+# --------------------------------------------------------------------------------------------------------------
+
+def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False):
+    """Why the unit must be tuned, or None when its pin still holds: same fingerprint hash and the server runs the
+    pinned value."""
+    if force:
+        return "kv_tune_force"
+    if not pin:
+        return "never tuned"
+    if pin.get("fingerprint_hash") != fingerprint_hash:
+        changed = fingerprint_diff(pin.get("fingerprint") or {}, fingerprint or {})
+        return "fingerprint changed: " + (", ".join(changed) or "its hash")
+    pinned = pin.get("mem_fraction_static")
+    if pinned is None or running_value is None or not kv_search.same_value(pinned, running_value):
+        return "the server runs %s, not the pinned %s" % (running_value, pinned)
+    return None
+
+
+def unchanged_line(host, unit, pin):
+    return ("%s: %s keeps %s (%s KV tokens), pinned %s: fingerprint unchanged."
+            % (host, unit, _text(pin.get("mem_fraction_static"), pin.get("settings", {}).get("resolution")),
+               _count(pin.get("tokens")), pin.get("time", "?")))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The model, for the lowest value worth trying
+# --------------------------------------------------------------------------------------------------------------
+
+def model_inputs(config, memory_args, sglang_version):
+    """What the formula needs of the model, from config.json (as data) and the fingerprint's memory args: the KV
+    cell per GPU (bytes per token), the page size and the multimodal reservation. None without a config (a Hub id
+    the host has no copy of). A model the formula cannot read fails here, before anything restarts."""
+    if config is None:
+        return None
+    args = memory_args or {}
+    try:
+        shape = kv_shape.model_shape(config, dtype=args.get("dtype") or "auto")
+        cell = kv_cell.cell_size_bytes(
+            shape, tp_size=args.get("tp_size") or 1, dp_size=args.get("dp_size") or 1,
+            enable_dp_attention=bool(args.get("enable_dp_attention")), kv_cache_dtype=args.get("kv_cache_dtype") or "auto",
+            sglang_version=sglang_version, speculative_algorithm=args.get("speculative_algorithm"))
+        mm_gib = kv_capacity_report.mm_reservation_gib(shape, sglang_version)
+    except kv_base.KvModelError as exc:
+        raise TuneError("the model cannot be tuned: %s. Nothing was restarted." % exc) from None
+    return {"cell_size_bytes": cell, "page_size": args.get("page_size") or 1, "mm_reservation_gib": mm_gib}
+
+
+def lower_bound(boot, model, min_tokens=None):
+    """The formula's lowest viable value from the running server's P and A (and, with the model known, the pool that
+    holds ``min_tokens``); None when its startup log does not give P and A."""
+    p, a = (boot or {}).get("pre_load_free_gib"), (boot or {}).get("post_load_free_gib")
+    if not p or not a:
+        return None
+    model = model or {}
+    return kv_search.lower_bound(p, a, target_tokens=min_tokens if model else None,
+                                 cell_size_bytes=model.get("cell_size_bytes"), page_size=model.get("page_size", 1),
+                                 mm_reservation_gib=model.get("mm_reservation_gib", 0.0))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# One trial
+# --------------------------------------------------------------------------------------------------------------
+
+def classify_trial(ready, stress, boot):
+    """(outcome, why) of a trial from its readiness wait, its load (None when it never answered) and the startup
+    facts of its boot. The phase decides an out-of-memory: before the KV pool (init_oom: f too low), after it but
+    before the first answer (startup_oom: graphs, warm-up), under the load (runtime_oom)."""
+    boot = boot or {}
+    failure = boot.get("failure") or {}
+    kind = failure.get("kind")
+    if ready.get("ready"):
+        if stress and stress.get("held"):
+            return "stable", None
+        why = (stress or {}).get("failure_reason") or failure.get("line") or "the load did not hold"
+        return ("runtime_oom" if kind in _OOM_KINDS else "crash"), why
+    if kind == "init_oom":
+        return "init_oom", failure.get("line")
+    if kind in _OOM_KINDS:
+        return "startup_oom", failure.get("line")
+    if kind is not None:
+        return "crash", failure.get("line")
+    if ready.get("reason") == "timeout":
+        return "timeout", "timeout: %s" % ready.get("detail")
+    return "crash", "%s: %s" % (ready.get("reason"), ready.get("detail"))
+
+
+def oom_deficit_gib(boot):
+    """GiB that were missing when the boot ran out of memory (torch's "Tried to allocate" minus "free"), or None."""
+    oom = ((boot or {}).get("failure") or {}).get("oom") or {}
+    if oom.get("tried_gib") is None or oom.get("free_gib") is None:
+        return None
+    return max(0.0, float(oom["tried_gib"]) - float(oom["free_gib"]))
+
+
+def growth(boot):
+    """KV-like memory per GiB of KV budget: (target + draft KV) / target KV of the boot (a classic EAGLE draft's own
+    pool grows with the target's), or None when the log does not say."""
+    kv, draft = (boot or {}).get("kv_size_gib"), (boot or {}).get("draft_kv_size_gib")
+    if not kv:
+        return None
+    return (kv + (draft or 0.0)) / kv
+
+
+def readback_error(text, argv_value, log_value):
+    """None when the server ran the trial's value; else why not. ``argv_value`` is the --mem-fraction-static on the
+    running server's command line (None: not running, or no flag), ``log_value`` the one its startup log printed
+    (None: no server_args line)."""
+    wanted = kv_search.parse_value(text)
+    seen = []
+    for where, value in (("its command line", argv_value), ("its startup log", log_value)):
+        if value is not None and not kv_search.same_value(value, wanted):
+            seen.append("%s says %s" % (where, value))
+    if not seen:
+        return None
+    return ("the server did not run the trial's --mem-fraction-static %s: %s. Something else sets the value "
+            "(another drop-in, an edited unit?)" % (text, " and ".join(seen)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The per-unit search
+# --------------------------------------------------------------------------------------------------------------
+
+class Tuner(object):
+    """The search of one unit, from the decision to tune to the pin. Feed :meth:`advance` the observation of the
+    step it returned last (see the module docstring for the steps and :meth:`advance` for the observations)."""
+
+    def __init__(self, host, settings, reason, running_value, boot, fingerprint, fingerprint_hash, lower_bound=None):
+        """``running_value``: the --mem-fraction-static the server runs now (its command line, else the startup
+        log's); ``boot``: the startup facts of the running server; ``lower_bound``: the formula's lowest viable
+        value (None: anything that starts), the caller's from the model and the boot."""
+        self.host = host
+        self.s = settings
+        self.reason = reason
+        self.fingerprint = fingerprint
+        self.fingerprint_hash = fingerprint_hash
+        self.boot = boot or {}
+        self.lower_bound = lower_bound
+        self.before = {"mem_fraction_static": running_value, "tokens": self.boot.get("max_total_num_tokens")}
+        self.lkg = running_value            # the value the host returns to: running at the start, then each commit
+        self.start = settings["start"] if settings["start"] is not None else running_value
+        if self.start is None:
+            raise TuneError("%s: cannot start the search: the server's command line has no --mem-fraction-static and "
+                            "its startup log does not say it; set kv_tune_start. Nothing was restarted." % host)
+        if self.start > settings["cap"] + kv_search.TOLERANCE:
+            raise TuneError("%s: cannot start the search at %s (cap %s): set kv_tune_start, or a cap at or above the "
+                            "current value. Nothing was restarted." % (host, self.text(self.start), settings["cap"]))
+        self.state = None                   # kv_search's, from the first boot that says P
+        self.trials = []
+        self.restarts = 0
+        self.error = None
+        self.step = None
+
+    # -- the written form ------------------------------------------------------------------------------------------
+
+    def text(self, value):
+        """The value as written everywhere: on the grid with its decimals, an operator's off-grid value as given."""
+        resolution = self.s["resolution"]
+        return kv_search.value_text(value, resolution if kv_search.on_grid(value, resolution) else None)
+
+    # -- steps -----------------------------------------------------------------------------------------------------
+
+    def first_step(self):
+        in_place = (kv_search.same_value(self.start, self.before["mem_fraction_static"] or 0)
+                    and self.boot.get("pre_load_free_gib") and self.boot.get("post_load_free_gib"))
+        return self._go({"do": "trial", "n": 1, "value": self.start, "text": self.text(self.start),
+                         "restart": not in_place})
+
+    def advance(self, observation):
+        """The next step after the observation of the current one:
+
+        - trial: ``{"ready": sglang_ready's result, "stress": kv_stress's or None, "boot": sglang_startup_facts',
+          "running": kv_fingerprint's or None}``;
+        - commit and pin: ``{}``;
+        - revert: ``{"ready": .., "running": ..}``."""
+        done = self.step["do"]
+        if done == "trial":
+            return self._after_trial(observation)
+        if done == "commit":
+            return self._next_trial_or_end()
+        if done == "revert":
+            return self._after_revert(observation)
+        if done == "pin":
+            return self._done()
+        raise TuneError("nothing to advance after %r" % (done,))
+
+    def _go(self, step):
+        self.step = step
+        if step["do"] in ("trial", "revert") and step.get("restart", True):
+            self.restarts += 1
+        return step
+
+    def _after_trial(self, obs):
+        step, boot = self.step, obs.get("boot") or {}
+        outcome, why = classify_trial(obs.get("ready") or {}, obs.get("stress"), boot)
+        running = obs.get("running") or {}
+        error = readback_error(step["text"], running.get("mem_fraction_static"),
+                               (boot.get("server_args") or {}).get("mem_fraction_static"))
+        if error is None and running and running.get("fingerprint_hash") not in (None, self.fingerprint_hash):
+            error = ("the memory picture changed during the search (%s): start again once the host is settled"
+                     % ", ".join(fingerprint_diff(self.fingerprint, running.get("fingerprint") or {})))
+        record = self._record(step, outcome, why, obs)
+        if error is None and outcome == "stable" and record["min_free_gib"] is None:
+            error = ("the load held but no GPU memory sample was taken (neither NVML nor nvidia-smi answered on the "
+                     "host): without the free memory under load the search cannot judge a value")
+        if error is not None:
+            record["outcome"], record["why"] = "unverified", error
+            self.error = error
+            return self._end()
+        if self.state is None:
+            self._start_search(boot)
+        kv_search.record(self.state, {
+            "f": step["value"], "outcome": outcome, "min_free_gib": record["min_free_gib"], "tokens": record["tokens"],
+            "growth": growth(boot), "oom_deficit_gib": oom_deficit_gib(boot),
+            "pre_load_free_gib": boot.get("pre_load_free_gib"), "post_load_free_gib": boot.get("post_load_free_gib")})
+        record["next"] = kv_search.next_trial(self.state)
+        if outcome == "stable" and kv_search.same_value(kv_search.best(self.state) or 0, step["value"]):
+            self.lkg = step["value"]
+            return self._go({"do": "commit", "value": step["value"], "text": step["text"]})
+        return self._next_trial_or_end()
+
+    def _start_search(self, boot):
+        p = boot.get("pre_load_free_gib") or self.boot.get("pre_load_free_gib")
+        if not p:
+            raise TuneError("%s: neither the trial's startup log nor the running server's gives the free GPU memory "
+                            "before the weights load (P): the search cannot predict" % self.host)
+        guess = self.before["mem_fraction_static"]
+        self.state = kv_search.new_state(
+            p, self.start, lo=self._lower_bound(), cap=self.s["cap"], resolution=self.s["resolution"],
+            safety_gib=self.s["safety_gib"], budget=self.s["budget"],
+            guess=guess if guess is not None and guess <= self.s["cap"] else None)
+
+    def _lower_bound(self):
+        # Kept a step below the cap: a formula minimum above the cap still leaves the cap to try.
+        if self.lower_bound is None:
+            return None
+        return min(self.lower_bound, self.s["cap"] - self.s["resolution"])
+
+    def _next_trial_or_end(self):
+        value = kv_search.next_trial(self.state)
+        if value is None:
+            return self._end()
+        return self._go({"do": "trial", "n": len(self.trials) + 1, "value": value, "text": self.text(value),
+                         "restart": True})
+
+    def _end(self):
+        """After the last trial: back to the last-known-good value unless the server already runs it."""
+        last = self.trials[-1]
+        if self.error is None and last["outcome"] == "stable" and (
+                kv_search.same_value(last["f"], self.lkg or 0) or not last["restart"]):
+            # The server runs the last-known-good value already: the best, committed (with the fact) right after
+            # its trial, or the running server measured in place.
+            return self._done()
+        why = (self.error and "the last trial was not verified") or (
+            "the last trial was not the best" if self.best is not None else "no trial held the load with the margin")
+        return self._go({"do": "revert", "value": self.lkg, "text": self.text(self.lkg) if self.lkg else None,
+                         "why": why})
+
+    def _after_revert(self, obs):
+        ready, running = obs.get("ready") or {}, obs.get("running") or {}
+        if not ready.get("ready"):
+            self.error = ("%s did not come back on its last-known-good value %s (%s: %s): the unit is left as it is "
+                          "for an operator to see" % (self.s["unit"], self.step["text"], ready.get("reason"),
+                                                      ready.get("detail")))
+            return self._done()
+        if self.lkg is not None:
+            mismatch = readback_error(self.step["text"], running.get("mem_fraction_static"), None)
+            if mismatch:
+                self.error = (self.error + "; " if self.error else "") + mismatch
+                return self._done()
+        if self.best is not None and self.error is None:
+            # The fact records the trials after the last commit too.
+            return self._go({"do": "pin", "value": self.best, "text": self.text(self.best)})
+        return self._done()
+
+    def _done(self):
+        if self.error is not None:
+            status, msg = "failed", "%s: %s. Nothing was pinned by this trial." % (self.host, self.error)
+        elif self.best is None:
+            status = "no_stable_value"
+            msg = ("%s: no value held the load with %s GiB to spare in %d trials; %s serves its last-known-good value "
+                   "%s again. Trials: %s." % (self.host, self.s["safety_gib"], len(self.trials), self.s["unit"],
+                                              self.text(self.lkg) if self.lkg else "(SGLang's default)",
+                                              ", ".join("%s %s" % (t["text"], t["outcome"]) for t in self.trials)))
+        else:
+            status, msg = "tuned", None
+        return self._go({"do": "done", "status": status, "msg": msg})
+
+    # -- records ---------------------------------------------------------------------------------------------------
+
+    @property
+    def best(self):
+        return None if self.state is None else kv_search.best(self.state)
+
+    def _record(self, step, outcome, why, obs):
+        stress, boot, ready = obs.get("stress") or {}, obs.get("boot") or {}, obs.get("ready") or {}
+        record = {
+            "n": step["n"], "f": step["value"], "text": step["text"], "outcome": outcome, "restart": step["restart"],
+            "tokens": boot.get("max_total_num_tokens"), "min_free_gib": stress.get("min_free_gib"),
+            "min_free_gib_per_gpu": stress.get("min_free_gib_per_gpu") or {},
+            "peak_tokens_held": stress.get("peak_tokens_held"), "fill_reached": stress.get("fill_reached"),
+            "requests_completed": stress.get("requests_completed", 0),
+            "throughput_tokens_per_s": stress.get("throughput_tokens_per_s"), "ready_s": ready.get("elapsed_s"),
+            "invocation_id": ready.get("invocation_id"), "why": why, "next": None,
+        }
+        self.trials.append(record)
+        return record
+
+    def progress_line(self):
+        """One line for the trial just recorded."""
+        t = self.trials[-1]
+        if t["outcome"] == "unverified":
+            tail = "stopped"
+        elif self.state["done"]:
+            tail = "done: " + self.state["reason"]
+        else:
+            tail = "next " + self.text(t["next"])
+        return ("%s: trial %d/%d f=%s%s, %s KV tokens, min free under load %s: %s%s; %s"
+                % (self.host, t["n"], self.s["budget"], t["text"],
+                   " (restart)" if t["restart"] else " (running, no restart)", _count(t["tokens"]),
+                   "-" if t["min_free_gib"] is None else "%.2f GiB" % t["min_free_gib"], t["outcome"],
+                   (" (%s)" % t["why"]) if t["outcome"] != "stable" and t["why"] else "", tail))
+
+    def start_line(self):
+        return ("%s: tuning %s (%s) from %s, cap %s, resolution %s, safety %s GiB, at most %d trials."
+                % (self.host, self.s["unit"], self.reason, self.text(self.start), self.s["cap"], self.s["resolution"],
+                   self.s["safety_gib"], self.s["budget"]))
+
+    def after(self):
+        """The value the host runs now and its KV tokens (the best trial's; the last-known-good's without one)."""
+        if self.best is None:
+            return {"mem_fraction_static": self.lkg, "tokens": self.before["tokens"]}
+        tokens = [t["tokens"] for t in self.trials if t["outcome"] == "stable" and kv_search.same_value(t["f"], self.best)]
+        return {"mem_fraction_static": self.best, "tokens": tokens[0] if tokens else None}
+
+    def result(self, status, started, finished, versions):
+        """The report of this tune (the controller's <host>.json)."""
+        search = {} if self.state is None else {key: self.state[key] for key in (
+            "reason", "best", "floor", "ceiling", "cap", "resolution", "safety_gib", "budget", "p_gib", "growth")}
+        return {
+            "host": self.host, "unit": self.s["unit"], "status": status, "why": self.reason, "error": self.error,
+            "before": self.before, "after": self.after(), "restarts": self.restarts, "search": search,
+            "trials": self.trials, "settings": {key: self.s[key] for key in (
+                "cap", "resolution", "safety_gib", "budget", "min_tokens", "stress_duration", "stress_fill_ratio")},
+            "versions": versions, "fingerprint": self.fingerprint, "fingerprint_hash": self.fingerprint_hash,
+            "started": started, "time": finished,
+        }
+
+    def fact_entry(self, finished):
+        """The unit's entry in /etc/ansible/facts.d/sglang_kv.fact: the pinned value and what proved it."""
+        after = self.after()
+        return {
+            "mem_fraction_static": after["mem_fraction_static"], "text": self.text(after["mem_fraction_static"]),
+            "tokens": after["tokens"], "before": self.before, "restarts": self.restarts,
+            "trials": [{key: t[key] for key in FACT_TRIAL_KEYS} for t in self.trials],
+            "fingerprint": self.fingerprint, "fingerprint_hash": self.fingerprint_hash,
+            "versions": (self.fingerprint or {}).get("versions"),
+            "settings": {key: self.s[key] for key in ("cap", "resolution", "safety_gib", "budget", "min_tokens")},
+            "time": finished,
+        }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Lines and the fleet summary
+# --------------------------------------------------------------------------------------------------------------
+
+def _count(tokens):
+    return "?" if tokens is None else "{:,}".format(int(tokens))
+
+
+def _text(value, resolution=None):
+    if value is None:
+        return "?"
+    if resolution and kv_search.on_grid(value, resolution):
+        return kv_search.value_text(value, resolution)
+    return kv_search.value_text(value)
+
+
+def result_line(result):
+    """``host: 0.880 -> 0.910, KV 159,282 -> 202,389 tokens (+27%), 1 restart``."""
+    before, after = result["before"], result["after"]
+    resolution = result["settings"]["resolution"]
+    gain = ""
+    if before.get("tokens") and after.get("tokens"):
+        gain = " (%+.0f%%)" % (100.0 * (after["tokens"] - before["tokens"]) / before["tokens"])
+    note = {"tuned": "", "no_stable_value": " (NO STABLE VALUE: last-known-good kept)"}.get(
+        result["status"], " (FAILED: %s)" % result.get("error"))
+    return ("%s: %s -> %s, KV %s -> %s tokens%s, %d restart%s%s"
+            % (result["host"], _text(before.get("mem_fraction_static"), resolution),
+               _text(after.get("mem_fraction_static"), resolution), _count(before.get("tokens")),
+               _count(after.get("tokens")), gain, result["restarts"], "" if result["restarts"] == 1 else "s", note))
+
+
+def summary_rows(outcomes):
+    """The fleet summary: one row per host of ``outcomes`` (host -> the kv_tune task's registered result, None when
+    the host never got there: unreachable, or failed earlier). An unchanged host keeps what its last tune found."""
+    rows = []
+    for host in sorted(outcomes):
+        res = outcomes[host] or {}
+        status = res.get("status")
+        if status == "unchanged":
+            pin = res.get("pin") or {}
+            rows.append({"host": host, "status": "unchanged", "after": pin.get("mem_fraction_static"),
+                         "tokens_after": pin.get("tokens"), "restarts": 0, "tuned_at": pin.get("time"),
+                         "line": "%s: unchanged, keeps %s (%s KV tokens) pinned %s"
+                                 % (host, _text(pin.get("mem_fraction_static"),
+                                                (pin.get("settings") or {}).get("resolution")),
+                                    _count(pin.get("tokens")), pin.get("time", "?"))})
+        elif status in ("tuned", "no_stable_value", "failed") and res.get("result"):
+            result = res["result"]
+            rows.append({"host": host, "status": status, "before": result["before"]["mem_fraction_static"],
+                         "after": result["after"]["mem_fraction_static"], "tokens_before": result["before"]["tokens"],
+                         "tokens_after": result["after"]["tokens"], "restarts": result["restarts"],
+                         "tuned_at": result["time"], "line": result_line(result)})
+        elif status == "would_tune":
+            rows.append({"host": host, "status": "would be tuned (check mode)", "why": res.get("why"),
+                         "line": "%s: would be tuned (%s)" % (host, res.get("why"))})
+        else:
+            why = res.get("msg") if res.get("failed") else None
+            rows.append({"host": host, "status": "not tuned: failed or unreachable, left on its last-known-good value",
+                         "error": why, "line": "%s: NOT TUNED (%s; left on its last-known-good value)"
+                                               % (host, why or "failed or unreachable")})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The Markdown report
+# --------------------------------------------------------------------------------------------------------------
+
+def report_markdown(result):
+    """<host>.md: what was decided, the trials, the fingerprint."""
+    res = result["settings"]["resolution"]
+    fp = result.get("fingerprint") or {}
+    gpu, model, versions = fp.get("gpu") or {}, fp.get("model") or {}, result.get("versions") or {}
+    lines = [
+        "# KV tuning of %s (%s)" % (result["host"], result["unit"]), "",
+        "%s: **%s**, because %s." % (result["time"], result["status"].replace("_", " "), result["why"]), "",
+    ]
+    if result.get("error"):
+        lines += ["Error: %s" % result["error"], ""]
+    lines += [
+        "| | --mem-fraction-static | KV tokens |", "|---|---:|---:|",
+        "| before | %s | %s |" % (_text(result["before"]["mem_fraction_static"], res),
+                                  _count(result["before"]["tokens"])),
+        "| after | %s | %s |" % (_text(result["after"]["mem_fraction_static"], res), _count(result["after"]["tokens"])),
+        "",
+        "%d restart(s); the search ended: %s." % (result["restarts"], result["search"].get("reason") or "-"),
+        "Settings: cap %s, resolution %s, safety %s GiB, budget %s trials, load %s of the pool for %s s."
+        % tuple(result["settings"][k] for k in ("cap", "resolution", "safety_gib", "budget", "stress_fill_ratio",
+                                                 "stress_duration")),
+        "", "## Trials", "",
+        "| # | f | restart | outcome | KV tokens | min free under load (GiB) | peak tokens held | requests "
+        "| ready after (s) | why |",
+        "|---:|---:|:---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for t in result["trials"]:
+        why = (t.get("why") or "").replace("|", "/")
+        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            t["n"], t["text"], "yes" if t["restart"] else "no", t["outcome"],
+            "-" if t["tokens"] is None else _count(t["tokens"]),
+            "-" if t["min_free_gib"] is None else "%.2f" % t["min_free_gib"],
+            "-" if t.get("peak_tokens_held") is None else _count(t["peak_tokens_held"]),
+            t.get("requests_completed", 0), t.get("ready_s") if t.get("ready_s") is not None else "-",
+            why[:157] + "..." if len(why) > 160 else why))
+    lines += [
+        "", "## Fingerprint `%s`" % (result.get("fingerprint_hash") or "")[:16], "",
+        "GPUs: %s x %s (%s MiB);" % (gpu.get("count"), gpu.get("name"), gpu.get("memory_total_mib")),
+        "driver %s, CUDA %s, SGLang %s;" % (versions.get("driver"), versions.get("cuda"), versions.get("sglang")),
+        "model %s (config sha256 %s)." % (model.get("path"), (model.get("config_sha256") or "-")[:16]), "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,271 @@
+#!/usr/bin/python
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kv_trial
+short_description: Try a --mem-fraction-static on an SGLang unit with a host-side revert timer, then commit or revert it
+version_added: 0.1.0
+author:
+  - llmserve.sglang contributors (@llmserve)
+description:
+  - The host half of the KV tuner's commit-confirmed trials (as network devices do C(commit confirmed)); the
+    M(llmserve.sglang.kv_tune) action drives it. The unit's ExecStart must end with C($LLMSERVE_KV_ARGS), as the
+    P(llmserve.sglang.sglang_service#role) role renders it.
+  - O(state=started) arms a transient timer C(llmserve-kv-revert-<unit>.timer) first, then writes the value to the
+    runtime drop-in C(/run/systemd/system/<unit>.d/90-kv-trial.conf) (gone at reboot; C(Restart=no)) and restarts
+    the unit. Unless a commit or a revert stops the timer within O(confirm_timeout) seconds, the host itself removes
+    the drop-in and restarts the unit on its last-known-good value (a killed controller or a cut network never
+    leaves it on an unverified value). A drop-in that cannot be written disarms the timer again.
+  - O(state=committed) makes the value the last-known-good: it writes the pinned drop-in
+    C(/etc/systemd/system/<unit>.d/50-kv-tune.conf) and, with O(fact), the unit's entry in the local fact file,
+    stops the timer, removes the trial drop-in and reloads systemd. It does not restart: the server runs the value.
+  - O(state=reverted) stops the timer, removes the trial drop-in and restarts the unit on its last-known-good value
+    (also used to start a stopped unit on it).
+  - A restart whose start fails is not a module failure (RV(restart_rc) says so): the readiness wait that follows
+    classifies it.
+requirements:
+  - systemd (C(systemctl), C(systemd-run)) on the managed host, as root.
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: none
+    details: A trial restarts a server; the kv_tune action never calls it in check mode.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in diff mode).
+    support: none
+options:
+  unit:
+    description: The systemd unit of the SGLang server.
+    type: str
+    required: true
+  state:
+    description: Start a trial, commit it, or revert to the last-known-good value.
+    type: str
+    choices: [started, committed, reverted]
+    required: true
+  value:
+    description:
+      - The C(--mem-fraction-static) as it is written, a decimal strictly between 0 and 1 (V(0.910)).
+      - Required with O(state=started) and O(state=committed).
+    type: str
+  confirm_timeout:
+    description: Seconds after O(state=started) at which the host reverts an unconfirmed trial by itself.
+    type: int
+    default: 3600
+  fact:
+    description: With O(state=committed), the unit's entry in O(fact_path) (what proved the value).
+    type: dict
+  fact_path:
+    description: The local fact file of the pins (JSON, one entry per unit).
+    type: path
+    default: /etc/ansible/facts.d/sglang_kv.fact
+seealso:
+  - module: llmserve.sglang.kv_tune
+  - module: llmserve.sglang.kv_fingerprint
+"""
+
+EXAMPLES = r"""
+- name: Try 0.910 on sglang.service; the host reverts by itself after 20 minutes unless committed
+  llmserve.sglang.kv_trial:
+    unit: sglang.service
+    state: started
+    value: "0.910"
+    confirm_timeout: 1200
+
+- name: It held the load: make it the last-known-good value
+  llmserve.sglang.kv_trial:
+    unit: sglang.service
+    state: committed
+    value: "0.910"
+    fact:
+      mem_fraction_static: 0.91
+      tokens: 202389
+
+- name: Back to the last-known-good value
+  llmserve.sglang.kv_trial:
+    unit: sglang.service
+    state: reverted
+"""
+
+RETURN = r"""
+trial_dropin:
+  description: The runtime drop-in of a trial.
+  returned: always
+  type: str
+  sample: /run/systemd/system/sglang.service.d/90-kv-trial.conf
+pin_dropin:
+  description: The drop-in of the pinned value.
+  returned: always
+  type: str
+  sample: /etc/systemd/system/sglang.service.d/50-kv-tune.conf
+revert_timer:
+  description: The transient timer that reverts an unconfirmed trial.
+  returned: always
+  type: str
+  sample: llmserve-kv-revert-sglang.timer
+restart_rc:
+  description: The exit status of C(systemctl restart); V(null) when the state does not restart.
+  returned: always
+  type: int
+  sample: 0
+restart_stderr:
+  description: What C(systemctl restart) said when it failed.
+  returned: always
+  type: str
+  sample: ""
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin
+from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
+
+
+class KvTrial(object):
+    def __init__(self, module):
+        self.module = module
+        self.unit = module.params["unit"]
+        self.paths = kv_pin.paths(self.unit)
+        self.systemctl = module.get_bin_path("systemctl", required=True)
+        self.changed = False
+        self.restart_rc = None
+        self.restart_stderr = ""
+
+    def run(self, *argv):
+        return self.module.run_command(list(argv), environ_update=C_LOCALE)
+
+    def must(self, *argv):
+        rc, out, err = self.run(*argv)
+        if rc != 0:
+            self.module.fail_json(msg="%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), rc=rc)
+
+    def write(self, path, text, mode):
+        """Write ``text`` to ``path`` (root-owned, atomically) unless it is there already."""
+        try:
+            with open(path, encoding="utf-8") as handle:
+                if handle.read() == text:
+                    return False
+        except FileNotFoundError:
+            pass
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        tmp = "%s.kv_trial.%d" % (path, os.getpid())
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.chown(tmp, 0, 0)
+        self.module.atomic_move(tmp, path)
+        os.chmod(path, mode)
+        self.changed = True
+        return True
+
+    def remove_trial_dropin(self):
+        if os.path.lexists(self.paths["trial"]):
+            os.unlink(self.paths["trial"])
+            self.changed = True
+
+    def disarm(self):
+        rc, _out, _err = self.run(self.systemctl, "stop", self.paths["revert_unit"] + ".timer")
+        self.run(self.systemctl, "reset-failed", self.paths["revert_unit"] + ".timer",
+                 self.paths["revert_unit"] + ".service")
+        if rc == 0:
+            self.changed = True
+
+    def restart(self):
+        self.run(self.systemctl, "reset-failed", self.unit)
+        rc, out, err = self.run(self.systemctl, "restart", self.unit)
+        self.restart_rc, self.restart_stderr = rc, (err or out).strip() if rc else ""
+        self.changed = True
+
+    def started(self, value, confirm_timeout):
+        if confirm_timeout < 1:
+            self.module.fail_json(msg="confirm_timeout must be at least 1 second, got %d" % confirm_timeout)
+        self.write(kv_pin.REVERT_SCRIPT, kv_pin.REVERT_SCRIPT_TEXT, 0o755)
+        self.disarm()  # a timer of an earlier trial
+        self.must(self.module.get_bin_path("systemd-run", required=True), "--quiet",
+                  "--unit=" + self.paths["revert_unit"],
+                  "--description=Revert an unconfirmed KV trial of " + self.unit,
+                  "--on-active=%ds" % confirm_timeout, "--timer-property=AccuracySec=1s",
+                  kv_pin.REVERT_SCRIPT, self.unit, self.paths["trial"])
+        try:
+            self.write(self.paths["trial"], kv_pin.dropin_text(self.unit, value, trial=True), 0o644)
+            rc, out, err = self.run(self.systemctl, "daemon-reload")
+            problem = None if rc == 0 else "systemctl daemon-reload failed (rc %d): %s" % (rc, (err or out).strip())
+        except OSError as exc:
+            problem = "cannot write the trial drop-in %s: %s" % (self.paths["trial"], exc)
+        if problem is not None:
+            # Never leave a timer that would restart the server later for a trial that did not happen.
+            try:
+                self.remove_trial_dropin()
+            except OSError:
+                pass
+            self.disarm()
+            self.run(self.systemctl, "daemon-reload")
+            self.module.fail_json(msg="%s; the revert timer is disarmed and nothing was restarted" % problem)
+        self.restart()
+
+    def committed(self, value, fact, fact_path):
+        self.write(self.paths["pin"], kv_pin.dropin_text(self.unit, value, trial=False), 0o644)
+        if fact is not None:
+            try:
+                with open(fact_path, encoding="utf-8") as handle:
+                    current = handle.read()
+            except FileNotFoundError:
+                current = None
+            self.write(fact_path, kv_pin.facts_text(current, self.unit, fact), 0o644)
+        self.disarm()
+        self.remove_trial_dropin()
+        self.must(self.systemctl, "daemon-reload")
+
+    def reverted(self):
+        self.disarm()
+        self.remove_trial_dropin()
+        self.must(self.systemctl, "daemon-reload")
+        self.restart()
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            unit=dict(type="str", required=True),
+            state=dict(type="str", required=True, choices=["started", "committed", "reverted"]),
+            value=dict(type="str"),
+            confirm_timeout=dict(type="int", default=3600),
+            fact=dict(type="dict"),
+            fact_path=dict(type="path", default=kv_pin.FACT_PATH),
+        ),
+        required_if=[("state", "started", ["value"]), ("state", "committed", ["value"])],
+        supports_check_mode=False,
+    )
+
+
+def main() -> None:
+    module = build_module()
+    params = module.params
+    try:
+        trial = KvTrial(module)
+        if params["value"] is not None:
+            kv_pin.check_value_text(params["value"])
+        if params["state"] == "started":
+            trial.started(params["value"], params["confirm_timeout"])
+        elif params["state"] == "committed":
+            trial.committed(params["value"], params["fact"], params["fact_path"])
+        else:
+            trial.reverted()
+    except kv_pin.PinError as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg="%s: %s" % (params["state"], exc))
+    module.exit_json(changed=trial.changed, trial_dropin=trial.paths["trial"], pin_dropin=trial.paths["pin"],
+                     revert_timer=trial.paths["revert_unit"] + ".timer", restart_rc=trial.restart_rc,
+                     restart_stderr=trial.restart_stderr)
+
+
+if __name__ == "__main__":
+    main()

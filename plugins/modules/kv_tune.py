@@ -1,0 +1,157 @@
+#!/usr/bin/python
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kv_tune
+short_description: Find, prove and pin the largest --mem-fraction-static of an SGLang unit that holds a load filling its KV pool
+version_added: 0.1.0
+author:
+  - llmserve.sglang contributors (@llmserve)
+description:
+  - An action plugin that runs the whole per-unit search on the controller and calls the collection's modules on
+    the host, as M(ansible.builtin.reboot) does; the P(llmserve.sglang.kv_tune#role) role and
+    C(playbooks/tune_kv.yml) call it. Every decision comes from the collection's C(module_utils/kv_tune.py).
+  - First, one call of M(llmserve.sglang.kv_fingerprint) - when the fingerprint and the running value are the pinned
+    ones, nothing else happens (RV(status=unchanged), no restart).
+  - Otherwise it measures the running server under a load that fills its KV pool (M(llmserve.sglang.kv_stress)), or
+    restarts it on O(start), then predicts the value that uses the free memory left, verifies each candidate with
+    one restart (M(llmserve.sglang.kv_trial) - a runtime drop-in guarded by a revert timer on the host, then
+    M(llmserve.sglang.sglang_ready) and the load), commits each new best as the host's last-known-good value, and
+    ends on the best (the pinned drop-in and the unit's entry in C(/etc/ansible/facts.d/sglang_kv.fact)).
+  - After every restart the value is read back from the server's command line and its startup log; a server that
+    runs another value ends the search with RV(status=failed) and the host on its last-known-good value.
+  - Any error after a trial started reverts the host to its last-known-good value at once.
+  - Prints a line per trial while it runs. A search that ends without a stable value, or fails, is a result
+    (RV(status)), not a task failure, so that the caller can write the reports first; errors before anything
+    changed (bad settings, a unit that cannot be tuned, a missing model) fail the task.
+options:
+  unit:
+    description: The systemd unit of the server (its ExecStart must end with C($LLMSERVE_KV_ARGS)).
+    type: str
+    default: sglang.service
+  start:
+    description: The first value measured, on the O(resolution) grid; default the value the server runs now.
+    type: float
+  cap:
+    description: The highest value ever tried, in (0, 1).
+    type: float
+    default: 0.98
+  resolution:
+    description: The grid of values tried (a decimal step in [0.0001, 0.1]).
+    type: float
+    default: 0.005
+  safety_gib:
+    description: GiB that must stay free on every GPU under the load.
+    type: float
+    default: 1.0
+  budget:
+    description: Trials in all, the first measurement included.
+    type: int
+    default: 6
+  min_tokens:
+    description: KV tokens the pool must hold at least; raises the lowest value tried.
+    type: int
+  force:
+    description: Tune even when the pin holds.
+    type: bool
+    default: false
+  model_revision:
+    description: The weights' revision, when the model path does not say it (part of the fingerprint).
+    type: str
+  url:
+    description: Where the server answers while it is not running yet; afterwards its command line's --host and --port.
+    type: str
+    default: http://127.0.0.1:30000
+  api_key:
+    description: The server's API key.
+    type: str
+  ready_timeout:
+    description: Seconds a restarted server has to answer a real generation.
+    type: float
+    default: 1800
+  ready_interval:
+    description: Seconds between readiness polls.
+    type: float
+    default: 5
+  stress_fill_ratio:
+    description: Share of the KV pool the load holds at once.
+    type: float
+    default: 0.95
+  stress_duration:
+    description: Seconds of load per trial.
+    type: float
+    default: 120
+  confirm_timeout:
+    description: Seconds after which the host reverts an unconfirmed trial by itself; default the readiness timeout
+      plus twice the load plus 600.
+    type: int
+attributes:
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: In check mode it says whether the unit would be tuned, and why; it restarts nothing.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in diff mode).
+    support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+seealso:
+  - module: llmserve.sglang.kv_fingerprint
+  - module: llmserve.sglang.kv_trial
+  - module: llmserve.sglang.kv_stress
+"""
+
+EXAMPLES = r"""
+- name: Tune sglang.service unless its pin still holds
+  llmserve.sglang.kv_tune:
+    unit: sglang.service
+    api_key: "{{ sglang_service_api_key }}"
+  register: tune
+
+- name: Say what happened
+  ansible.builtin.debug:
+    msg: "{{ tune.line }}"
+"""
+
+RETURN = r"""
+status:
+  description: V(unchanged) (the pin holds), V(would_tune) (check mode), V(tuned), V(no_stable_value) (the host
+    serves its last-known-good value again) or V(failed) (the search stopped; see RV(msg)).
+  returned: always
+  type: str
+  sample: tuned
+why:
+  description: Why the unit was (or would be) tuned; V(null) when unchanged.
+  returned: always
+  type: str
+  sample: never tuned
+line:
+  description: One line for people (the before -> after line, or why nothing happened).
+  returned: always
+  type: str
+  sample: "sim1: 0.880 -> 0.910, KV 159,282 -> 202,389 tokens (+27%), 1 restart"
+msg:
+  description: The reason of RV(status=no_stable_value) or RV(status=failed).
+  returned: when status is no_stable_value or failed
+  type: str
+pin:
+  description: The unit's pin as found (its fact entry); V(null) when never tuned.
+  returned: always
+  type: dict
+result:
+  description: The report of the tune (before, after, restarts, every trial, the search, settings, fingerprint).
+  returned: when the unit was tuned (successfully or not)
+  type: dict
+report:
+  description: The same report as Markdown.
+  returned: when the unit was tuned (successfully or not)
+  type: str
+"""

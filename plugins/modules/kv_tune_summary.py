@@ -1,0 +1,72 @@
+#!/usr/bin/python
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kv_tune_summary
+short_description: The fleet summary of a KV tuning run, one row per host, written to summary.json on the controller
+version_added: 0.1.0
+author:
+  - llmserve.sglang contributors (@llmserve)
+description:
+  - An action plugin that runs on the controller. It reads the result each host of O(hosts) registered from
+    M(llmserve.sglang.kv_tune) (as O(result_var)) and prints one line per host.
+  - It writes the rows to C(summary.json) in O(report_dir), and changes nothing when the file already holds them.
+  - A host whose pin held keeps what its last tune found (value, tokens, when). A host without a result (it could
+    not be reached, or failed before the tune) is named as not tuned, left on its last-known-good value.
+options:
+  hosts:
+    description: The hosts of the tuning play; V(localhost) is skipped.
+    type: list
+    elements: str
+    required: true
+  report_dir:
+    description: The directory of the reports on the controller.
+    type: path
+    required: true
+  result_var:
+    description: The variable each host registered the M(llmserve.sglang.kv_tune) result in.
+    type: str
+    default: kv_tune_outcome
+attributes:
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: none
+    details: It writes summary.json on the controller in check mode too (the host rows say what check mode found).
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in diff mode).
+    support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+seealso:
+  - module: llmserve.sglang.kv_tune
+"""
+
+EXAMPLES = r"""
+- name: Summarise the fleet
+  llmserve.sglang.kv_tune_summary:
+    hosts: "{{ ansible_play_hosts_all }}"
+    report_dir: "{{ playbook_dir }}/kv_tune_reports"
+"""
+
+RETURN = r"""
+rows:
+  description: One row per host, in host order, with C(host), C(status) (V(unchanged), V(tuned), V(no_stable_value),
+    V(failed), or not tuned) and C(line), and where known C(before), C(after), C(tokens_before), C(tokens_after),
+    C(restarts), C(tuned_at) and C(error).
+  returned: always
+  type: list
+  elements: dict
+path:
+  description: The summary file written; V(null) when there was no host.
+  returned: always
+  type: str
+  sample: /home/ops/kv_tune_reports/summary.json
+"""

@@ -1,0 +1,226 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""kv_tune: the tuner's decisions from observations alone (test_kv_tune.yaml), the settings, whether there is
+anything to do, how a trial is classified and read back, and the records (fact, report, lines, summary)."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_tune
+
+CASES = yaml.safe_load((Path(__file__).parent / "test_kv_tune.yaml").read_text())
+DEFAULT_SETTINGS = {"unit": "sglang.service", "start": None, "cap": 0.98, "resolution": 0.005, "safety_gib": 1.0,
+                    "budget": 6, "min_tokens": None, "force": False, "ready_timeout": 1800, "ready_interval": 5,
+                    "stress_fill_ratio": 0.95, "stress_duration": 120, "confirm_timeout": 2640}
+FP = {"gpu": {"name": "NVIDIA RTX PRO 6000", "count": 8, "memory_total_mib": 97887},
+      "versions": {"driver": "580.1", "cuda": "13.0", "sglang": "0.5.9"}, "model": {"path": "/models/m"},
+      "server_args": {"tp_size": 8}}
+BOOT = {"pre_load_free_gib": 94.04, "post_load_free_gib": 21.71, "max_total_num_tokens": 159282}
+
+
+def make_tuner(spec):
+    settings = kv_tune.check_settings(dict(DEFAULT_SETTINGS, **spec.get("settings", {})))
+    boot = spec.get("boot", dict(BOOT, server_args={"mem_fraction_static": spec["running_value"]}))
+    return kv_tune.Tuner("h1", settings, spec.get("reason", "never tuned"), spec["running_value"], boot, FP, "H",
+                         lower_bound=spec.get("lower_bound"))
+
+
+def observation(raw, step):
+    """The modules' results of a step, with the defaults the YAML leaves out (see its header)."""
+    obs = copy.deepcopy(raw)
+    if step["do"] == "trial":
+        obs.setdefault("ready", {"ready": True})
+        boot = dict(BOOT, server_args={"mem_fraction_static": step["value"]})
+        boot.update(obs.get("boot") or {})
+        obs["boot"] = boot
+    running = obs.get("running", {})
+    if running.get("running") is False:
+        obs["running"] = None
+    elif step["do"] in ("trial", "revert"):
+        obs["running"] = dict({"running": True, "mem_fraction_static": step.get("value"), "fingerprint_hash": "H",
+                               "fingerprint": FP}, **running)
+    return obs
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_tuner_case(case):
+    tuner = make_tuner(case["tuner"])
+    step = tuner.first_step()
+    for number, item in enumerate(case["steps"]):
+        where = "%s, step %d: %s" % (case["id"], number, step)
+        if "observe" in item:
+            was_trial = step["do"] == "trial"
+            step = json.loads(json.dumps(tuner.advance(observation(item["observe"], step))))
+            where = "%s, step %d: %s" % (case["id"], number, step)
+            if "progress" in item:
+                assert was_trial and item["progress"] in tuner.progress_line(), (tuner.progress_line(), where)
+        for key, value in item["expect"].items():
+            assert step.get(key) == value, (key, where)
+    result = json.loads(json.dumps(tuner.result(step.get("status"), "t0", "t1", FP["versions"])))
+    for key, value in case.get("result", {}).items():
+        if isinstance(value, dict):
+            for sub, expected in value.items():
+                assert result[key][sub] == expected, (key, sub, result[key])
+        else:
+            assert result[key] == value, (key, result)
+    if "line" in case:
+        assert kv_tune.result_line(result) == case["line"]
+    if "msg" in case:
+        assert case["msg"] in step["msg"], step
+
+
+def test_every_case_ends_or_stops_where_it_says():
+    assert all(case["steps"] for case in CASES)
+
+
+# --- settings ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes, message", [
+    ({"start": 1.2}, "kv_tune_start must lie strictly between 0 and 1 (got 1.2)"),
+    ({"start": 0.0}, "kv_tune_start must lie strictly between 0 and 1"),
+    ({"start": 0.9, "cap": 0.85}, "kv_tune_cap (0.85) is below kv_tune_start (0.9): there is nothing to search."),
+    ({"start": 0.8825}, "is not on the kv_tune_resolution grid"),
+    ({"resolution": 0.2}, "kv_tune_resolution must be a decimal step"),
+    ({"resolution": 1 / 3.0}, "kv_tune_resolution must be a decimal step"),
+    ({"unit": "sglang; rm -rf /"}, "kv_tune_unit must be a systemd service name"),
+    ({"budget": 0}, "kv_tune_budget must be at least 1"),
+    ({"safety_gib": -1}, "kv_tune_safety_gib must be >= 0"),
+    ({"min_tokens": 0}, "kv_tune_min_tokens must be a positive token count"),
+    ({"confirm_timeout": 100}, "longer than a trial"),
+    ({"stress_fill_ratio": 1.5}, "kv_tune_stress_fill_ratio must lie in (0, 1]"),
+    ({"cap": "lots"}, "kv_tune_cap must be a number"),
+])
+def test_bad_settings(changes, message):
+    with pytest.raises(kv_tune.TuneError) as error:
+        kv_tune.check_settings(dict(DEFAULT_SETTINGS, **changes))
+    assert message in str(error.value)
+    assert str(error.value).startswith("Invalid input for llmserve.sglang.kv_tune: ")
+
+
+def test_settings_from_text():
+    settings = kv_tune.check_settings(dict(DEFAULT_SETTINGS, start="0.9", budget="4", resolution="0.0005"))
+    assert (settings["start"], settings["budget"], settings["resolution"]) == (0.9, 4, 0.0005)
+
+
+def test_a_start_without_a_value_or_above_the_cap_is_refused():
+    with pytest.raises(kv_tune.TuneError, match="has no --mem-fraction-static"):
+        make_tuner({"running_value": None, "boot": {}})
+    with pytest.raises(kv_tune.TuneError, match=r"cannot start the search at 0.990 \(cap 0.98\)"):
+        make_tuner({"running_value": 0.99})
+
+
+def test_a_lower_bound_above_the_cap_leaves_the_cap_to_try():
+    tuner = make_tuner({"running_value": 0.88, "lower_bound": 0.95, "settings": {"cap": 0.9}})
+    step = tuner.first_step()
+    tuner.advance(observation({"stress": {"held": True, "min_free_gib": 0.5}}, step))
+    assert tuner.state["floor"] == 0.895
+
+
+# --- anything to do? ----------------------------------------------------------------------------------------------
+
+PIN = {"mem_fraction_static": 0.91, "fingerprint_hash": "H", "fingerprint": FP, "tokens": 202389,
+       "time": "2026-11-30T10:00:00Z", "settings": {"resolution": 0.005}}
+
+
+@pytest.mark.parametrize("pin, digest, running, force, reason", [
+    (PIN, "H", 0.91, False, None),
+    (PIN, "H", 0.91, True, "kv_tune_force"),
+    (None, "H", 0.91, False, "never tuned"),
+    (PIN, "OTHER", 0.91, False, "fingerprint changed: versions.driver"),
+    (PIN, "H", 0.88, False, "the server runs 0.88, not the pinned 0.91"),
+    (PIN, "H", None, False, "the server runs None, not the pinned 0.91"),
+])
+def test_retune_reason(pin, digest, running, force, reason):
+    fp = copy.deepcopy(FP)
+    if digest != "H":
+        fp["versions"]["driver"] = "580.2"
+    assert kv_tune.retune_reason(pin, fp, digest, running, force) == reason
+
+
+def test_unchanged_line():
+    assert kv_tune.unchanged_line("h1", "sglang.service", PIN) == (
+        "h1: sglang.service keeps 0.910 (202,389 KV tokens), pinned 2026-11-30T10:00:00Z: fingerprint unchanged.")
+
+
+# --- one trial ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ready, stress, failure, outcome", [
+    ({"ready": True}, {"held": True}, None, "stable"),
+    ({"ready": True}, {"held": False}, {"kind": "runtime_oom"}, "runtime_oom"),
+    ({"ready": True}, {"held": False}, {"kind": "capture_oom"}, "runtime_oom"),
+    ({"ready": True}, {"held": False}, None, "crash"),
+    ({"ready": True}, None, None, "crash"),
+    ({"ready": False, "reason": "unit_failed"}, None, {"kind": "init_oom"}, "init_oom"),
+    ({"ready": False, "reason": "unit_failed"}, None, {"kind": "runtime_oom"}, "startup_oom"),
+    ({"ready": False, "reason": "unit_failed"}, None, {"kind": "capture_oom"}, "startup_oom"),
+    ({"ready": False, "reason": "unit_failed"}, None, {"kind": "weights_oom"}, "crash"),
+    ({"ready": False, "reason": "timeout"}, None, None, "timeout"),
+    ({"ready": False, "reason": "unit_restarted"}, None, None, "crash"),
+])
+def test_classify_trial_by_phase(ready, stress, failure, outcome):
+    assert kv_tune.classify_trial(ready, stress, {"failure": failure})[0] == outcome
+
+
+@pytest.mark.parametrize("text, argv, log, error", [
+    ("0.9125", 0.9125, 0.9125, None),
+    ("0.9125", None, 0.9125, None),
+    ("0.9125", 0.912, 0.9125, "its command line says 0.912"),
+    ("0.9125", 0.9125, 0.91, "its startup log says 0.91"),
+    ("0.910", 0.91, None, None),
+])
+def test_readback(text, argv, log, error):
+    found = kv_tune.readback_error(text, argv, log)
+    assert (found is None) == (error is None)
+    if error:
+        assert error in found
+
+
+def test_growth_and_deficit_from_the_boot():
+    assert kv_tune.growth({"kv_size_gib": 10.0, "draft_kv_size_gib": 2.5}) == 1.25
+    assert kv_tune.growth({"kv_size_gib": 10.0}) == 1.0
+    assert kv_tune.growth({}) is None
+    assert kv_tune.oom_deficit_gib({"failure": {"oom": {"tried_gib": 2.0, "free_gib": 0.5}}}) == 1.5
+    assert kv_tune.oom_deficit_gib({"failure": {"oom": {"tried_gib": 0.5, "free_gib": 2.0}}}) == 0.0
+    assert kv_tune.oom_deficit_gib({"failure": {"kind": "crash"}}) is None
+
+
+# --- records --------------------------------------------------------------------------------------------------------
+
+def tuned():
+    tuner = make_tuner({"running_value": 0.88})
+    step = tuner.first_step()
+    tuner.advance(observation({"stress": {"held": True, "min_free_gib": 4.27}}, step))
+    step = tuner.advance({})
+    tuner.advance(observation({"stress": {"held": True, "min_free_gib": 1.29}, "boot": {"max_total_num_tokens": 202389}},
+                              step))
+    return tuner
+
+
+def test_fact_entry_and_report():
+    tuner = tuned()
+    entry = tuner.fact_entry("t1")
+    assert entry["mem_fraction_static"] == 0.91 and entry["text"] == "0.910" and entry["tokens"] == 202389
+    assert [t["text"] for t in entry["trials"]] == ["0.880", "0.910"]
+    assert set(entry["trials"][0]) == set(kv_tune.FACT_TRIAL_KEYS)
+    assert entry["fingerprint_hash"] == "H" and entry["settings"]["resolution"] == 0.005
+    result = tuner.result("tuned", "t0", "t1", FP["versions"])
+    report = kv_tune.report_markdown(result)
+    assert "| after | 0.910 | 202,389 |" in report and "| 2 | 0.910 | yes | stable |" in report
+    assert report.count("| stable |") == 2 and "## Fingerprint `H`" in report
+
+
+def test_summary_rows():
+    result = tuned().result("tuned", "t0", "t1", FP["versions"])
+    rows = kv_tune.summary_rows({"a": {"status": "tuned", "result": result}, "b": {"status": "unchanged", "pin": PIN},
+                                 "c": None, "d": {"status": "would_tune", "why": "never tuned"}})
+    assert [row["status"] for row in rows] == ["tuned", "unchanged",
+                                               "not tuned: failed or unreachable, left on its last-known-good value",
+                                               "would be tuned (check mode)"]
+    assert rows[0]["line"] == "h1: 0.880 -> 0.910, KV 159,282 -> 202,389 tokens (+27%), 1 restart"
+    assert rows[1]["after"] == 0.91 and rows[1]["tuned_at"] == PIN["time"]
