@@ -15,13 +15,14 @@ A module's cases live in a YAML file beside its test (test_gpu_info.py -> test_g
     run_command:  the commands the module runs, in order: command (the exact argv list), environ_update (compared
                   when given), then rc, out, err (0, "", "" when left out).
     open_url:     the HTTP requests it makes, in order: method (GET), url, body (a subset of the JSON body, when
-                  given), headers (a subset, names in any case, when given), then the answer: status (200) and body
-                  (a dict or list goes out as JSON), or raise: connection_refused | timeout | remote_disconnected.
-                  A status of 400 or more raises urllib's HTTPError, as open_url and urllib do.
+                  given), headers (a subset, names in any case, when given), then the answer: response: {status
+                  (200), body (a dict or list goes out as JSON)}, or raise: connection_refused | timeout |
+                  remote_disconnected. A status of 400 or more raises urllib's HTTPError, as open_url and urllib do.
     get_bin_path: {name: path or null}; any other name is found at /usr/bin/<name>.
     Other keys are for the test itself (test_gpu_info.py reads `nvml`).
 
-Each call must be the next one expected; anything else fails the test, and so do expected calls never made. An
+Each call must be the next one expected; anything else fails the test (the mock raises UnexpectedCall, which no
+`except Exception` in a module swallows), and so do expected calls never made. An
 entry with `repeat: true` is not consumed: it answers that call any number of times, in any order, and must be made
 at least once (calls from a module's sampling thread, made as often as the thread gets to run).
 
@@ -136,6 +137,10 @@ def differences(expected, actual, where: str = "result") -> list:
 # Mocks
 # --------------------------------------------------------------------------------------------------
 
+class UnexpectedCall(BaseException):
+    """A call no mock expects: a BaseException, so that a module's `except Exception` lets it through."""
+
+
 class ExpectedCalls:
     """One kind of call (run_command, open_url): entries consumed in order, `repeat: true` ones answer any time."""
 
@@ -158,7 +163,7 @@ class ExpectedCalls:
             problem = "unexpected %s call %s; the next one expected is %s" % (
                 self.kind, _short(call), _short(self.queue[0]) if self.queue else "none")
             self.problems.append(problem)
-        raise AssertionError(problem)
+        raise UnexpectedCall(problem)
 
     def leftovers(self) -> list:
         found = list(self.problems)
@@ -232,7 +237,8 @@ class FakeHttp:
         entry = self.calls.take({"method": method.upper(), "url": url, "body": body, "headers": dict(headers)})
         if entry.get("raise"):
             raise HTTP_ERRORS[entry["raise"]]()
-        status, answer = entry.get("status", 200), entry.get("body")
+        response = entry.get("response") or {}
+        status, answer = response.get("status", 200), response.get("body")
         if isinstance(answer, (dict, list)):
             answer = json.dumps(answer)
         payload = (answer or "").encode()
@@ -287,11 +293,8 @@ def run_case(module, case: dict, http_targets=("open_url",)) -> dict:
             module.main()
         except SystemExit as exc:
             exit_code = exc.code
-        except Exception as exc:  # pylint: disable=broad-except
-            if not (commands.problems or requests.problems):
-                raise
-            # most likely what an unexpected call's mock raised: the complaints below say more
-            crash = "the module raised %s: %s" % (type(exc).__name__, exc)
+        except UnexpectedCall:
+            crash = "the module stopped at the unexpected call"
     problems = commands.leftovers() + requests.leftovers()
     lines = [line for line in stdout.getvalue().splitlines() if line.strip()]
     if exit_code is None or not lines:
