@@ -21,10 +21,10 @@ A module's cases live in a YAML file beside its test (test_gpu_info.py -> test_g
     get_bin_path: {name: path or null}; any other name is found at /usr/bin/<name>.
     Other keys are for the test itself (test_gpu_info.py reads `nvml`).
 
-Each call must be the next one expected; anything else fails the test (the mock raises UnexpectedCall, which no
-`except Exception` in a module swallows), and so do expected calls never made. An
-entry with `repeat: true` is not consumed: it answers that call any number of times, in any order, and must be made
-at least once (calls from a module's sampling thread, made as often as the thread gets to run).
+Each call must be the next one expected of its kind; any other call fails the test (the mock raises UnexpectedCall,
+which no `except Exception` in a module swallows), and so does an expected call never made. An entry with
+`repeat: true` is not consumed: it answers that call any number of times, in any order, and must be made at least
+once (for calls from a module's sampling thread, made as often as the thread gets to run).
 
 In strings, $FIXTURES stands for the path of tests/fixtures; a whole string "@file:<path under tests/fixtures>" is
 that file's text, and "@json:<path>" its parsed JSON.
@@ -37,8 +37,8 @@ Use:
 
 run_case(module, case, http_targets=("open_url",)) runs module.main() once with the case's arguments and mocks,
 checks everything above and returns the result. http_targets names where the fake HTTP goes: an attribute of the
-module, or an (object, attribute) pair (it answers both open_url(url, data, headers, method, ...) and a urllib
-opener's .open(request, timeout=...)).
+module (patched where the module has it), or an (object, attribute) pair, which must exist. The fake answers both
+open_url(url, data, headers, method, ...) and a urllib opener's .open(request, timeout=...).
 """
 from __future__ import annotations
 
@@ -285,9 +285,10 @@ def run_case(module, case: dict, http_targets=("open_url",)) -> dict:
         stack.enter_context(mock.patch.object(basic.AnsibleModule, "get_bin_path", get_bin_path))
         stack.enter_context(mock.patch.object(basic.AnsibleModule, "warn", warn))
         for target in http_targets:
+            if isinstance(target, str) and not hasattr(module, target):
+                continue  # the default, open_url, where a module has none
             owner, name = (module, target) if isinstance(target, str) else target
-            if hasattr(owner, name):
-                stack.enter_context(mock.patch.object(owner, name, fake_http))
+            stack.enter_context(mock.patch.object(owner, name, fake_http))
         stack.enter_context(contextlib.redirect_stdout(stdout))
         try:
             module.main()
