@@ -541,9 +541,9 @@ def report_markdown(result):
         "| after | %s | %s |" % (_text(result["after"]["mem_fraction_static"], res), _count(result["after"]["tokens"])),
         "",
         "%d restart(s); the search ended: %s." % (result["restarts"], result["search"].get("reason") or "-"),
-        "Settings: cap %s, resolution %s, safety %s GiB, budget %s trials, load %s of the pool for %s s."
-        % tuple(result["settings"][k] for k in ("cap", "resolution", "safety_gib", "budget", "stress_fill_ratio",
-                                                 "stress_duration")),
+        "Settings: cap %s, resolution %s, safety %s GiB, budget %s trials, load %s of the pool for %s s." % tuple(
+            result["settings"][k] for k in ("cap", "resolution", "safety_gib", "budget", "stress_fill_ratio",
+                                            "stress_duration")),
         "", "## Trials", "",
         "| # | f | restart | outcome | KV tokens | min free under load (GiB) | peak tokens held | requests "
         "| ready after (s) | why |",

@@ -21,8 +21,8 @@ description:
     versions; model path, sha256 of C(config.json) and revision; the memory-relevant server arguments) and its
     sha256. A pinned value stays valid while the hash is unchanged.
   - Reads the unit's pin (its entry in O(fact_path), written by the KV tuner) and says in RV(retune_reason) why
-    it must be tuned again, or V(null) when the fingerprint hash and the running value are the pinned ones: the
-    KV tuner's "nothing to do" is this one call.
+    it must be tuned again, or V(null) when the fingerprint hash and the running value are the pinned ones. This
+    one call is the KV tuner's "nothing to do".
   - Also says whether the unit can be tuned at all (RV(takes_kv_args)) and whether a trial of an earlier tuner run
     was left unconfirmed (RV(trial_pending)).
   - Fails, changing nothing, when the unit is not running (unless O(require_running=false)), its command line has
@@ -98,8 +98,9 @@ pin:
   type: dict
   sample: {"mem_fraction_static": 0.91, "tokens": 202389, "fingerprint_hash": "5d41...", "time": "2026-11-30T10:00:00Z"}
 retune_reason:
-  description: Why the unit must be tuned (V(never tuned), V(fingerprint changed: versions.driver), ...); V(null)
-    when the pin holds. V(null) too when the unit does not run.
+  description:
+    - "Why the unit must be tuned (V(never tuned), V(fingerprint changed: versions.driver), ...); V(null) when the
+      pin holds, and when the unit does not run."
   returned: success
   type: str
   sample: "fingerprint changed: versions.sglang"

@@ -19,12 +19,12 @@ description:
     the unit. Unless a commit or a revert stops the timer within O(confirm_timeout) seconds, the host itself removes
     the drop-in and restarts the unit on its last-known-good value (a killed controller or a cut network never
     leaves it on an unverified value). A drop-in that cannot be written disarms the timer again.
-  - O(state=committed) makes the value the last-known-good: it writes the pinned drop-in
+  - O(state=committed) makes the value the last-known-good one. It writes the pinned drop-in
     C(/etc/systemd/system/<unit>.d/50-kv-tune.conf) and, with O(fact), the unit's entry in the local fact file,
-    stops the timer, removes the trial drop-in and reloads systemd. It does not restart: the server runs the value.
+    stops the timer, removes the trial drop-in and reloads systemd. It does not restart, since the server runs the value.
   - O(state=reverted) stops the timer, removes the trial drop-in and restarts the unit on its last-known-good value
     (also used to start a stopped unit on it).
-  - A restart whose start fails is not a module failure (RV(restart_rc) says so): the readiness wait that follows
+  - A restart whose start fails is not a module failure (RV(restart_rc) says so). The readiness wait that follows
     classifies it.
 requirements:
   - systemd (C(systemctl), C(systemd-run)) on the managed host, as root.
@@ -75,7 +75,7 @@ EXAMPLES = r"""
     value: "0.910"
     confirm_timeout: 1200
 
-- name: It held the load: make it the last-known-good value
+- name: It held the load, so make it the last-known-good value
   llmserve.sglang.kv_trial:
     unit: sglang.service
     state: committed
@@ -211,14 +211,18 @@ class KvTrial(object):
         self.restart()
 
     def committed(self, value, fact, fact_path):
-        self.write(self.paths["pin"], kv_pin.dropin_text(self.unit, value, trial=False), 0o644)
+        facts = None
         if fact is not None:
+            # Read first: a fact file that cannot be updated stops the commit before the pin changes.
             try:
                 with open(fact_path, encoding="utf-8") as handle:
                     current = handle.read()
             except FileNotFoundError:
                 current = None
-            self.write(fact_path, kv_pin.facts_text(current, self.unit, fact), 0o644)
+            facts = kv_pin.facts_text(current, self.unit, fact)
+        self.write(self.paths["pin"], kv_pin.dropin_text(self.unit, value, trial=False), 0o644)
+        if facts is not None:
+            self.write(fact_path, facts, 0o644)
         self.disarm()
         self.remove_trial_dropin()
         self.must(self.systemctl, "daemon-reload")

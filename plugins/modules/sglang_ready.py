@@ -16,7 +16,7 @@ description:
     while the engine hangs."
   - With O(unit), checks the systemd unit between polls and stops at once when it is no longer starting or running
     (C(failed), C(inactive)) or when it was started again (a crash during startup that systemd restarted, or any
-    other restart: its C(InvocationID) changed). A server that cannot start is reported in seconds, not after
+    other restart, seen by a new C(InvocationID)). A server that cannot start is reported in seconds, not after
     O(timeout). When ready, RV(invocation_id) names the start of the unit that answered.
   - Not becoming ready is a result (RV(ready=false) with RV(reason)), not a module failure, so that a caller can
     classify it; the module fails only on invalid options.

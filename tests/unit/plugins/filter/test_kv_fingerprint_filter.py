@@ -9,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.filter import kv_fingerprint as fp_filter
 
+
 def test_fingerprint_diff_names_the_changed_keys():
     diff = fp_filter.FilterModule().filters()["kv_fingerprint_diff"]
     old = {"versions": {"driver": "580.95.05", "sglang": "0.5.9"}, "gpu": {"count": 8}}

@@ -85,16 +85,18 @@ def _expand(value):
     return value
 
 
-def cases(test_file: str) -> list:
-    """The cases of the YAML file beside ``test_file``, as pytest params named by their id."""
+def cases(test_file: str, extra_keys=()) -> list:
+    """The cases of the YAML file beside ``test_file``, as pytest params named by their id. ``extra_keys``: keys the
+    test itself reads (files a module must leave, say)."""
     path = Path(test_file).with_suffix(".yaml")
     with path.open() as handle:
         loaded = yaml.safe_load(handle)
     params = []
+    allowed = {"id", "input", "output", "mocks"} | set(extra_keys)
     for case in loaded:
-        unknown = set(case) - {"id", "input", "output", "mocks"}
+        unknown = set(case) - allowed
         if "id" not in case or unknown:
-            raise ValueError("%s: a case needs an id and only input, output, mocks: %r" % (path.name, case))
+            raise ValueError("%s: a case needs an id and only %s: %r" % (path.name, ", ".join(sorted(allowed)), case))
         params.append(pytest.param(_expand(case), id=case["id"]))
     return params
 
