@@ -9,6 +9,7 @@ module_utils/kv_tune.py's Tuner, which answers each observation with the next st
 from __future__ import annotations
 
 import datetime
+import os
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -43,6 +44,10 @@ class ModuleFailed(Exception):
     """A module failed on the host; the message is its own."""
 
 
+class ControllerGone(Exception):
+    """ansible-playbook died under this worker (killed): the search must not go on by itself."""
+
+
 def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -61,11 +66,14 @@ class ActionModule(ActionBase):
         self.args = args
         self.host = task_vars.get("inventory_hostname", "?")
         self.armed = False     # a trial started on the host and neither committed nor reverted
+        # Ansible's workers run in their own session: one whose ansible-playbook was killed lives on, and a search
+        # that outlived its controller would go on restarting servers that nobody watches.
+        self._controller = os.getppid()
         try:
             return self._run()
         except Exception as exc:
             reverted = self._revert_if_armed()
-            if not isinstance(exc, (InvalidInput, ModuleFailed)):
+            if not isinstance(exc, (InvalidInput, ModuleFailed, ControllerGone)):
                 raise
             return {"failed": True, "changed": reverted, "msg": str(exc) + (
                 " (the trial in progress was reverted)" if reverted else "")}
@@ -80,7 +88,7 @@ class ActionModule(ActionBase):
         try:
             self._trial_module("reverted")
         except Exception as exc:  # pylint: disable=broad-except
-            display.warning("%s: could not revert the trial in progress (%s); the host's revert timer will" %
+            display.warning("%s: could not revert the trial in progress (%s); the host's revert timer will do it" %
                             (self.host, exc))
             return False
         return True
@@ -88,6 +96,8 @@ class ActionModule(ActionBase):
     # -- the host --------------------------------------------------------------------------------------------------
 
     def _module(self, name, module_args, may_fail=False):
+        if os.getppid() != self._controller and not (name == "kv_trial" and module_args["state"] == "reverted"):
+            raise ControllerGone("ansible-playbook is gone; the trial in progress is reverted and the search ends")
         result = self._execute_module(module_name=_COLLECTION + name, module_args=module_args, task_vars=self._vars)
         if result.get("failed") and not may_fail:
             raise ModuleFailed(result.get("msg") or "%s failed: %s" % (name, result))
@@ -183,9 +193,10 @@ class ActionModule(ActionBase):
         running_value = info["mem_fraction_static"]
         if running_value is None:
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
+        running_text = info["server_args"].get("mem_fraction_static")
         tuner = kv_tune.Tuner(self.host, settings, reason, running_value, boot, info["fingerprint"],
-                              info["fingerprint_hash"],
-                              lower_bound=kv_tune.lower_bound(boot, model, settings["min_tokens"]))
+                              info["fingerprint_hash"], lower_bound=kv_tune.lower_bound(boot, model, settings["min_tokens"]),
+                              running_text=running_text if isinstance(running_text, str) else None)
         return self._search(tuner, info)
 
     def _search(self, tuner, info):

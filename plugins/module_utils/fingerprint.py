@@ -1,7 +1,7 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The tuning fingerprint (DESIGN.md "Fingerprint"): everything that changes the memory picture of one host.
+"""The tuning fingerprint (docs/DESIGN.md, "The fingerprint"): everything that changes the memory picture of one host.
 
 A pinned --mem-fraction-static is valid only while the fingerprint it was tuned under is unchanged: same
 fingerprint, nothing to do (changed=0, no restart); anything else, re-tune. Pure and stdlib only: the caller reads

@@ -221,10 +221,12 @@ class Tuner(object):
     """The search of one unit, from the decision to tune to the pin. Feed :meth:`advance` the observation of the
     step it returned last (see the module docstring for the steps and :meth:`advance` for the observations)."""
 
-    def __init__(self, host, settings, reason, running_value, boot, fingerprint, fingerprint_hash, lower_bound=None):
+    def __init__(self, host, settings, reason, running_value, boot, fingerprint, fingerprint_hash, lower_bound=None,
+                 running_text=None):
         """``running_value``: the --mem-fraction-static the server runs now (its command line, else the startup
-        log's); ``boot``: the startup facts of the running server; ``lower_bound``: the formula's lowest viable
-        value (None: anything that starts), the caller's from the model and the boot."""
+        log's), ``running_text`` as its command line writes it; ``boot``: the startup facts of the running server;
+        ``lower_bound``: the formula's lowest viable value (None: anything that starts), the caller's from the model
+        and the boot."""
         self.host = host
         self.s = settings
         self.reason = reason
@@ -233,6 +235,7 @@ class Tuner(object):
         self.boot = boot or {}
         self.lower_bound = lower_bound
         self.before = {"mem_fraction_static": running_value, "tokens": self.boot.get("max_total_num_tokens")}
+        self.running_text = running_text
         self.lkg = running_value            # the value the host returns to: running at the start, then each commit
         self.start = settings["start"] if settings["start"] is not None else running_value
         if self.start is None:
@@ -250,7 +253,10 @@ class Tuner(object):
     # -- the written form ------------------------------------------------------------------------------------------
 
     def text(self, value):
-        """The value as written everywhere: on the grid with its decimals, an operator's off-grid value as given."""
+        """The value as written everywhere: on the grid with its decimals, an operator's off-grid value as given; the
+        value the server runs as its command line writes it (a measurement in place writes nothing)."""
+        if self.running_text is not None and kv_search.same_value(value, self.before["mem_fraction_static"] or 0):
+            return self.running_text
         resolution = self.s["resolution"]
         return kv_search.value_text(value, resolution if kv_search.on_grid(value, resolution) else None)
 
@@ -398,6 +404,9 @@ class Tuner(object):
             "requests_completed": stress.get("requests_completed", 0),
             "throughput_tokens_per_s": stress.get("throughput_tokens_per_s"), "ready_s": ready.get("elapsed_s"),
             "invocation_id": ready.get("invocation_id"), "why": why, "next": None,
+            # What the server said it runs, as written there (the command line's text, the log's value).
+            "read_back": {"command_line": ((obs.get("running") or {}).get("server_args") or {}).get("mem_fraction_static"),
+                          "startup_log": (boot.get("server_args") or {}).get("mem_fraction_static")},
         }
         self.trials.append(record)
         return record

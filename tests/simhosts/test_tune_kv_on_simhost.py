@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -84,13 +85,18 @@ def trial_left(host: str) -> bool:
 
 def oracle_max(host: str) -> float:
     """The simulator's ground truth for the server's own launch arguments, at the tuner's margin and grid."""
+    return oracle_max_at(host, RESOLUTION)
+
+
+def oracle_max_at(host: str, resolution: float) -> float:
+    """The simulator's ground truth for the server's own launch arguments, at the tuner's margin on a grid."""
     argv = server_argv(host)
     args = argv[argv.index("-m") + 2:]
     if "--mem-fraction-static" in args:
         index = args.index("--mem-fraction-static")
         del args[index:index + 2]
     out = ssh(host, " ".join(["/opt/sglang-sim/bin/sglang-sim-oracle", "--host", HOST_JSON, *args,
-                              "--safety-gib", str(SAFETY_GIB), "--resolution", str(RESOLUTION)]))
+                              "--safety-gib", str(SAFETY_GIB), "--resolution", str(resolution)]))
     return json.loads(out)["max_mem_fraction_static"]
 
 
@@ -318,3 +324,31 @@ def test_a_unit_that_ignores_the_tuner_is_refused_before_any_restart(fleet, tmp_
         assert ssh(FIELD, "systemctl is-active sglang-bare.service", check=False).strip() == "inactive"
     finally:
         ssh(FIELD, f"rm -f {unit} && systemctl daemon-reload")
+
+
+# --- one form of the value ---------------------------------------------------------------------------------------
+
+def test_a_fine_grid_is_written_and_read_back_digit_for_digit(fleet, tmp_path):
+    """kv_tune_resolution 0.0005: every restarted trial's value is, digit for digit, what the server's command line
+    carries, its startup log prints the same value, and the report's tokens are that boot's."""
+    run = tune(fleet, tmp_path, limit=FIELD, kv_tune_force=True, kv_tune_resolution=0.0005, kv_tune_start=0.885)
+    assert run.status == "successful", run.stdout[-8000:]
+    result = report(tmp_path, FIELD)
+    checked = 0
+    for trial in result["trials"]:
+        assert len(trial["text"].split(".")[1]) == 4, trial
+        if not trial["restart"] or trial["invocation_id"] is None:
+            continue
+        assert trial["read_back"]["command_line"] == trial["text"], trial
+        boot = ssh(FIELD, f"journalctl _SYSTEMD_INVOCATION_ID={trial['invocation_id']} -o cat --no-pager")
+        logged = re.search(r"server_args=ServerArgs\(.*?\bmem_fraction_static=([0-9.]+)", boot).group(1)
+        assert logged == repr(float(trial["text"])), (logged, trial["text"])
+        assert int(re.search(r"max_total_num_tokens=(\d+)", boot).group(1)) == trial["tokens"], trial
+        checked += 1
+    assert checked >= 2, result["trials"]
+    pinned = [t for t in result["trials"] if t["outcome"] == "stable" and t["f"] == result["after"]["mem_fraction_static"]]
+    assert f"--mem-fraction-static {pinned[0]['text']}\"" in ssh(FIELD, f"cat {PIN_DROPIN}")
+    argv = server_argv(FIELD)
+    assert argv[argv.index("--mem-fraction-static") + 1] == pinned[0]["text"]
+    truth = oracle_max_at(FIELD, 0.0005)
+    assert truth - 0.0005 - 1e-9 <= result["after"]["mem_fraction_static"] <= truth + 1e-9, (result, truth)

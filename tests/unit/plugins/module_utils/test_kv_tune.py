@@ -28,7 +28,7 @@ def make_tuner(spec):
     settings = kv_tune.check_settings(dict(DEFAULT_SETTINGS, **spec.get("settings", {})))
     boot = spec.get("boot", dict(BOOT, server_args={"mem_fraction_static": spec["running_value"]}))
     return kv_tune.Tuner("h1", settings, spec.get("reason", "never tuned"), spec["running_value"], boot, FP, "H",
-                         lower_bound=spec.get("lower_bound"))
+                         lower_bound=spec.get("lower_bound"), running_text=spec.get("running_text"))
 
 
 def observation(raw, step):
