@@ -127,7 +127,7 @@ build: venv
 bench: venv
 	$(BIN)/python bench/bench_engine.py | tee bench/results.md
 
-# The tuner end to end on three simulated hosts (root: systemd-nspawn).
+# The tuner end to end on four simulated hosts, and its no-op re-run against ping (root: systemd-nspawn).
 bench-tune: venv wheelhouse
 	$(BIN)/python bench/bench_tune.py | tee bench/results-tune.md
 

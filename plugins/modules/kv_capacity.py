@@ -348,30 +348,23 @@ inputs:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.llmserve.sglang.plugins.module_utils.checks import parse_number
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
 from ansible_collections.llmserve.sglang.plugins.module_utils.model_config import load_model_config
+from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import (
+    MEMORY_ARGS, canonical, mem_fraction_static, normalise)
 
-# option -> (default, keys looked up in startup_facts.server_args then in startup_facts)
+# option -> its default when neither the options nor startup_facts give it. A value comes from the explicit option,
+# else startup_facts.server_args, else the top level of startup_facts, typed the way module_utils/server_args.py
+# reads SGLang's arguments.
 MERGED = {
-    "mem_fraction_static": (None, ("mem_fraction_static",)),
-    "pre_load_free_gib": (None, ("pre_load_free_gib",)),
-    "post_load_free_gib": (None, ("post_load_free_gib",)),
-    "tp_size": (1, ("tp_size",)),
-    "dp_size": (1, ("dp_size",)),
-    "enable_dp_attention": (False, ("enable_dp_attention",)),
-    "kv_cache_dtype": ("auto", ("kv_cache_dtype",)),
-    "page_size": (1, ("page_size",)),
-    "max_total_tokens": (None, ("max_total_tokens",)),
-    "sglang_version": (None, ("sglang_version", "version")),
-    "speculative_algorithm": (None, ("speculative_algorithm",)),
-    "speculative_num_steps": (None, ("speculative_num_steps",)),
-    "speculative_eagle_topk": (None, ("speculative_eagle_topk",)),
-    "speculative_num_draft_tokens": (None, ("speculative_num_draft_tokens",)),
-    "max_running_requests": (None, ("max_running_requests",)),
+    "mem_fraction_static": None, "pre_load_free_gib": None, "post_load_free_gib": None, "tp_size": 1, "dp_size": 1,
+    "enable_dp_attention": False, "kv_cache_dtype": "auto", "page_size": 1, "max_total_tokens": None,
+    "sglang_version": None, "speculative_algorithm": None, "speculative_num_steps": None,
+    "speculative_eagle_topk": None, "speculative_num_draft_tokens": None, "max_running_requests": None,
 }
 
 
@@ -409,45 +402,33 @@ def build_module():
     )
 
 
-_FLOATS = ("mem_fraction_static", "pre_load_free_gib", "post_load_free_gib")
-_BOOLS = ("enable_dp_attention",)
-_STRS = ("kv_cache_dtype", "sglang_version", "speculative_algorithm")
-
-
-def _coerce(name, value):
-    """Values from startup_facts may be the log's text: make numbers of them (bad text is left for the check)."""
-    if value is None or name in _STRS:
-        return value
-    if name in _BOOLS:
-        return boolean(value, strict=False) if isinstance(value, str) else value
-    if isinstance(value, str):
-        try:
-            return float(value) if name in _FLOATS else int(value)
-        except ValueError:
-            return value
-    if name in _FLOATS and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
+def _typed(name, value):
+    if name == "mem_fraction_static":
+        return mem_fraction_static({name: value}, KvModelError)
+    if name in MEMORY_ARGS:
+        return normalise(name, value, KvModelError)
+    if name == "sglang_version":
+        return str(value)
+    return parse_number(name, value, float, KvModelError)
 
 
 def merge_inputs(params):
     """Explicit options, else startup_facts.server_args, else startup_facts, else the default."""
     facts = params.get("startup_facts") or {}
-    server_args = facts.get("server_args") if isinstance(facts.get("server_args"), dict) else {}
+    logged = facts.get("server_args") if isinstance(facts.get("server_args"), dict) else {}
+    logged = {canonical(key): value for key, value in logged.items()}
     merged = {}
-    for name, (default, keys) in MERGED.items():
+    for name, default in MERGED.items():
         value = params.get(name)
         if value is None:
-            for source in (server_args, facts):
-                found = [source[k] for k in keys if source.get(k) is not None]
-                if found:
-                    value = found[0]
+            for source in (logged, facts):
+                raw = source.get(name)
+                if raw is None and name == "sglang_version":
+                    raw = source.get("version")
+                if raw is not None:
+                    value = _typed(name, raw)
                     break
-        merged[name] = default if value is None else _coerce(name, value)
-    if merged["sglang_version"] is not None:
-        merged["sglang_version"] = str(merged["sglang_version"])
-    if isinstance(merged["speculative_algorithm"], str):
-        merged["speculative_algorithm"] = merged["speculative_algorithm"].upper() or None
+        merged[name] = default if value is None else value
     for name in ("mem_fraction_static", "pre_load_free_gib", "post_load_free_gib"):
         if merged[name] is None:
             raise KvModelError("%s is required: give it, or startup_facts that have it" % name)
