@@ -82,7 +82,7 @@ def main():
         second, out = playbook(inventory, "tune_kv.yml", tmp / "reports-again")
         # Alternate the two so that a busy moment of the machine hits both alike.
         pings, noops = [], []
-        for _ in range(RUNS):
+        for _run in range(RUNS):
             pings.append(timed([str(BIN / "ansible"), "all", "-i", str(inventory), "-m", "ansible.builtin.ping"])[0])
             noops.append(playbook(inventory, "tune_kv.yml", tmp / "reports-again")[0])
         rows = []
