@@ -156,35 +156,26 @@ class ActionModule(ActionBase):
         settings = kv_tune.check_settings(self.args)
         self.url = self.args["url"]
         info = self._fingerprint()
-        if not info["takes_kv_args"]:
-            raise ModuleFailed(
-                "%s cannot be tuned: its ExecStart does not end with $LLMSERVE_KV_ARGS, so the tuner's drop-ins would "
-                "not change --mem-fraction-static (render the unit with the llmserve.sglang.sglang_service role). "
-                "Nothing was restarted." % settings["unit"])
-        if self._task.check_mode and (info["trial_pending"] or not info["running"]):
-            line = ("%s: %s would first return to its last-known-good value (%s); check mode restarts nothing."
-                    % (self.host, settings["unit"], "a trial is pending" if info["trial_pending"] else "not running"))
-            display.display(line)
-            return {"changed": False, "status": "would_tune", "why": "not serving its last-known-good value",
-                    "line": line, "pin": info["pin"]}
-        if info["trial_pending"] or not info["running"]:
-            # A trial left by a controller that died (its host timer has not fired yet), or a stopped unit.
-            self._back_to_last_known_good("a trial of an earlier run was never confirmed" if info["trial_pending"]
-                                          else "%s was not running" % settings["unit"])
+        plan = kv_tune.plan_start(info, self.host, settings["unit"], settings["force"], self._task.check_mode)
+        if plan["do"] == "revert":
+            self._back_to_last_known_good(plan["why"])
             info = self._fingerprint()
+            plan = kv_tune.plan_start(info, self.host, settings["unit"], settings["force"])
+        if plan["do"] == "refuse":
+            raise ModuleFailed(plan["msg"])
+        if plan["do"] == "report":
+            display.display(plan["line"])
+            return {"changed": False, "status": plan["status"], "why": plan["why"], "line": plan["line"],
+                    "pin": info["pin"]}
+        if plan["do"] != "tune":
+            raise ModuleFailed("%s did not come back on its last-known-good value" % settings["unit"])
         self.url = info["url"] or self.url
-        reason = kv_tune.retune_reason(info["pin"], info["fingerprint"], info["fingerprint_hash"],
-                                       info["mem_fraction_static"], settings["force"])
-        if reason is None:
-            line = kv_tune.unchanged_line(self.host, settings["unit"], info["pin"])
-            display.display(line)
-            return {"changed": False, "status": "unchanged", "why": None, "line": line, "pin": info["pin"]}
         # The formula must know the model (attention, dtype) before anything restarts: an unknown one fails here.
         model = kv_tune.model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"])
-        if self._task.check_mode:
-            line = "%s: %s would be tuned (%s); check mode restarts nothing." % (self.host, settings["unit"], reason)
-            display.display(line)
-            return {"changed": False, "status": "would_tune", "why": reason, "line": line, "pin": info["pin"]}
+        if plan["dry_run"]:
+            display.display(plan["line"])
+            return {"changed": False, "status": "would_tune", "why": plan["why"], "line": plan["line"],
+                    "pin": info["pin"]}
         ready = self._ready()
         if not ready["ready"]:
             raise ModuleFailed("%s must serve its last-known-good value before it is tuned (%s: %s); nothing was "
@@ -193,10 +184,8 @@ class ActionModule(ActionBase):
         running_value = info["mem_fraction_static"]
         if running_value is None:
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
-        running_text = info["server_args"].get("mem_fraction_static")
-        tuner = kv_tune.Tuner(self.host, settings, reason, running_value, boot, info["fingerprint"],
-                              info["fingerprint_hash"], lower_bound=kv_tune.lower_bound(boot, model, settings["min_tokens"]),
-                              running_text=running_text if isinstance(running_text, str) else None)
+        tuner = kv_tune.Tuner(self.host, settings, plan["why"], running_value, boot, info["fingerprint"],
+                              info["fingerprint_hash"], lower_bound=kv_tune.lower_bound(boot, model, settings["min_tokens"]))
         return self._search(tuner, info)
 
     def _search(self, tuner, info):

@@ -28,14 +28,17 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def write_if_changed(path, text):
-    """Write ``text`` to ``path`` atomically unless it holds it already; whether it wrote."""
+def write_if_changed(path, text, check_mode=False):
+    """Write ``text`` to ``path`` atomically unless it holds it already (in check mode: only say so); whether it
+    wrote (would write)."""
     try:
         with open(path, encoding="utf-8") as handle:
             if handle.read() == text:
                 return False
     except FileNotFoundError:
         pass
+    if check_mode:
+        return True
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o755, exist_ok=True)
     handle, tmp = tempfile.mkstemp(dir=directory, prefix=".summary.")
@@ -64,7 +67,8 @@ class ActionModule(ActionBase):
         changed = False
         if rows:
             try:
-                changed = write_if_changed(path, json.dumps(rows, indent=4, sort_keys=True) + "\n")
+                changed = write_if_changed(path, json.dumps(rows, indent=4, sort_keys=True) + "\n",
+                                           self._task.check_mode)
             except OSError as exc:
                 raise AnsibleActionFail("cannot write %s: %s" % (path, exc))
         for row in rows:

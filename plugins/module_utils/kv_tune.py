@@ -113,9 +113,38 @@ def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False
     return None
 
 
+def plan_start(info, host, unit, force=False, check_mode=False):
+    """What to do with a unit before any search, from kv_fingerprint's result ``info``:
+
+    - ``{"do": "refuse", "msg"}``: its ExecStart does not take the tuner's value; nothing happens;
+    - ``{"do": "revert", "why"}``: a trial of an earlier run is pending, or the unit is stopped: back to its
+      last-known-good value first, then ask again with the new fingerprint;
+    - ``{"do": "report", "status", "why", "line"}``: nothing to do (``unchanged``), or check mode (``would_tune``);
+    - ``{"do": "tune", "why", "dry_run", "line"}``: tune, or (``dry_run``, check mode) say that it would."""
+    if not info["takes_kv_args"]:
+        return {"do": "refuse", "msg": (
+            "%s cannot be tuned: its ExecStart does not end with $LLMSERVE_KV_ARGS, so the tuner's drop-ins would not "
+            "change --mem-fraction-static (render the unit with the llmserve.sglang.sglang_service role). Nothing "
+            "was restarted." % unit)}
+    if info["trial_pending"] or not info["running"]:
+        why = "a trial of an earlier run was never confirmed" if info["trial_pending"] else "%s was not running" % unit
+        if check_mode:
+            return {"do": "report", "status": "would_tune", "why": "not serving its last-known-good value",
+                    "line": "%s: %s would first return to its last-known-good value (%s); check mode restarts nothing."
+                            % (host, unit, why)}
+        return {"do": "revert", "why": why}
+    reason = retune_reason(info["pin"], info["fingerprint"], info["fingerprint_hash"], info["mem_fraction_static"],
+                           force)
+    if reason is None:
+        return {"do": "report", "status": "unchanged", "why": None, "line": unchanged_line(host, unit, info["pin"])}
+    return {"do": "tune", "why": reason, "dry_run": bool(check_mode),
+            "line": "%s: %s would be tuned (%s); check mode restarts nothing." % (host, unit, reason)}
+
+
 def unchanged_line(host, unit, pin):
     return ("%s: %s keeps %s (%s KV tokens), pinned %s: fingerprint unchanged."
-            % (host, unit, _text(pin.get("mem_fraction_static"), pin.get("settings", {}).get("resolution")),
+            % (host, unit, _text(pin.get("mem_fraction_static"), pin.get("settings", {}).get("resolution"),
+                                 pin.get("text")),
                _count(pin.get("tokens")), pin.get("time", "?")))
 
 
@@ -221,12 +250,10 @@ class Tuner(object):
     """The search of one unit, from the decision to tune to the pin. Feed :meth:`advance` the observation of the
     step it returned last (see the module docstring for the steps and :meth:`advance` for the observations)."""
 
-    def __init__(self, host, settings, reason, running_value, boot, fingerprint, fingerprint_hash, lower_bound=None,
-                 running_text=None):
+    def __init__(self, host, settings, reason, running_value, boot, fingerprint, fingerprint_hash, lower_bound=None):
         """``running_value``: the --mem-fraction-static the server runs now (its command line, else the startup
-        log's), ``running_text`` as its command line writes it; ``boot``: the startup facts of the running server;
-        ``lower_bound``: the formula's lowest viable value (None: anything that starts), the caller's from the model
-        and the boot."""
+        log's); ``boot``: the startup facts of the running server; ``lower_bound``: the formula's lowest viable value
+        (None: anything that starts), the caller's from the model and the boot."""
         self.host = host
         self.s = settings
         self.reason = reason
@@ -234,8 +261,8 @@ class Tuner(object):
         self.fingerprint_hash = fingerprint_hash
         self.boot = boot or {}
         self.lower_bound = lower_bound
-        self.before = {"mem_fraction_static": running_value, "tokens": self.boot.get("max_total_num_tokens")}
-        self.running_text = running_text
+        self.before = {"mem_fraction_static": running_value, "tokens": self.boot.get("max_total_num_tokens"),
+                       "text": None if running_value is None else _text(running_value, settings["resolution"])}
         self.lkg = running_value            # the value the host returns to: running at the start, then each commit
         self.start = settings["start"] if settings["start"] is not None else running_value
         if self.start is None:
@@ -253,12 +280,8 @@ class Tuner(object):
     # -- the written form ------------------------------------------------------------------------------------------
 
     def text(self, value):
-        """The value as written everywhere: on the grid with its decimals, an operator's off-grid value as given; the
-        value the server runs as its command line writes it (a measurement in place writes nothing)."""
-        if self.running_text is not None and kv_search.same_value(value, self.before["mem_fraction_static"] or 0):
-            return self.running_text
-        resolution = self.s["resolution"]
-        return kv_search.value_text(value, resolution if kv_search.on_grid(value, resolution) else None)
+        """The value as written everywhere: on the grid with its decimals, an operator's off-grid value as given."""
+        return _text(value, self.s["resolution"])
 
     # -- steps -----------------------------------------------------------------------------------------------------
 
@@ -434,9 +457,9 @@ class Tuner(object):
     def after(self):
         """The value the host runs now and its KV tokens (the best trial's; the last-known-good's without one)."""
         if self.best is None:
-            return {"mem_fraction_static": self.lkg, "tokens": self.before["tokens"]}
+            return dict(self.before)
         tokens = [t["tokens"] for t in self.trials if t["outcome"] == "stable" and kv_search.same_value(t["f"], self.best)]
-        return {"mem_fraction_static": self.best, "tokens": tokens[0] if tokens else None}
+        return {"mem_fraction_static": self.best, "tokens": tokens[0] if tokens else None, "text": self.text(self.best)}
 
     def result(self, status, started, finished, versions):
         """The report of this tune (the controller's <host>.json)."""
@@ -455,7 +478,7 @@ class Tuner(object):
         """The unit's entry in /etc/ansible/facts.d/sglang_kv.fact: the pinned value and what proved it."""
         after = self.after()
         return {
-            "mem_fraction_static": after["mem_fraction_static"], "text": self.text(after["mem_fraction_static"]),
+            "mem_fraction_static": after["mem_fraction_static"], "text": after["text"],
             "tokens": after["tokens"], "before": self.before, "restarts": self.restarts,
             "trials": [{key: t[key] for key in FACT_TRIAL_KEYS} for t in self.trials],
             "fingerprint": self.fingerprint, "fingerprint_hash": self.fingerprint_hash,
@@ -473,7 +496,9 @@ def _count(tokens):
     return "?" if tokens is None else "{:,}".format(int(tokens))
 
 
-def _text(value, resolution=None):
+def _text(value, resolution=None, text=None):
+    if text is not None:
+        return text
     if value is None:
         return "?"
     if resolution and kv_search.on_grid(value, resolution):
@@ -491,8 +516,8 @@ def result_line(result):
     note = {"tuned": "", "no_stable_value": " (NO STABLE VALUE: last-known-good kept)"}.get(
         result["status"], " (FAILED: %s)" % result.get("error"))
     return ("%s: %s -> %s, KV %s -> %s tokens%s, %d restart%s%s"
-            % (result["host"], _text(before.get("mem_fraction_static"), resolution),
-               _text(after.get("mem_fraction_static"), resolution), _count(before.get("tokens")),
+            % (result["host"], _text(before.get("mem_fraction_static"), resolution, before.get("text")),
+               _text(after.get("mem_fraction_static"), resolution, after.get("text")), _count(before.get("tokens")),
                _count(after.get("tokens")), gain, result["restarts"], "" if result["restarts"] == 1 else "s", note))
 
 
@@ -509,7 +534,7 @@ def summary_rows(outcomes):
                          "tokens_after": pin.get("tokens"), "restarts": 0, "tuned_at": pin.get("time"),
                          "line": "%s: unchanged, keeps %s (%s KV tokens) pinned %s"
                                  % (host, _text(pin.get("mem_fraction_static"),
-                                                (pin.get("settings") or {}).get("resolution")),
+                                                (pin.get("settings") or {}).get("resolution"), pin.get("text")),
                                     _count(pin.get("tokens")), pin.get("time", "?"))})
         elif status in ("tuned", "no_stable_value", "failed") and res.get("result"):
             result = res["result"]
@@ -545,9 +570,10 @@ def report_markdown(result):
         lines += ["Error: %s" % result["error"], ""]
     lines += [
         "| | --mem-fraction-static | KV tokens |", "|---|---:|---:|",
-        "| before | %s | %s |" % (_text(result["before"]["mem_fraction_static"], res),
+        "| before | %s | %s |" % (_text(result["before"]["mem_fraction_static"], res, result["before"].get("text")),
                                   _count(result["before"]["tokens"])),
-        "| after | %s | %s |" % (_text(result["after"]["mem_fraction_static"], res), _count(result["after"]["tokens"])),
+        "| after | %s | %s |" % (_text(result["after"]["mem_fraction_static"], res, result["after"].get("text")),
+                                 _count(result["after"]["tokens"])),
         "",
         "%d restart(s); the search ended: %s." % (result["restarts"], result["search"].get("reason") or "-"),
         "Settings: cap %s, resolution %s, safety %s GiB, budget %s trials, load %s of the pool for %s s." % tuple(

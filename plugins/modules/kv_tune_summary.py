@@ -36,8 +36,8 @@ attributes:
     support: full
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
-    support: none
-    details: It writes summary.json on the controller in check mode too (the host rows say what check mode found).
+    support: full
+    details: In check mode it prints the rows and says whether summary.json would change, without writing it.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in diff mode).
     support: none

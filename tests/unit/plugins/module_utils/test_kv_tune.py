@@ -28,7 +28,7 @@ def make_tuner(spec):
     settings = kv_tune.check_settings(dict(DEFAULT_SETTINGS, **spec.get("settings", {})))
     boot = spec.get("boot", dict(BOOT, server_args={"mem_fraction_static": spec["running_value"]}))
     return kv_tune.Tuner("h1", settings, spec.get("reason", "never tuned"), spec["running_value"], boot, FP, "H",
-                         lower_bound=spec.get("lower_bound"), running_text=spec.get("running_text"))
+                         lower_bound=spec.get("lower_bound"))
 
 
 def observation(raw, step):
@@ -224,3 +224,31 @@ def test_summary_rows():
                                                "would be tuned (check mode)"]
     assert rows[0]["line"] == "h1: 0.880 -> 0.910, KV 159,282 -> 202,389 tokens (+27%), 1 restart"
     assert rows[1]["after"] == 0.91 and rows[1]["tuned_at"] == PIN["time"]
+
+
+# --- before the search ----------------------------------------------------------------------------------------------
+
+INFO = {"takes_kv_args": True, "trial_pending": False, "running": True, "pin": PIN, "fingerprint": FP,
+        "fingerprint_hash": "H", "mem_fraction_static": 0.91}
+
+
+@pytest.mark.parametrize("changes, force, check_mode, expected", [
+    ({}, False, False, {"do": "report", "status": "unchanged"}),
+    ({}, True, False, {"do": "tune", "why": "kv_tune_force", "dry_run": False}),
+    ({}, True, True, {"do": "tune", "why": "kv_tune_force", "dry_run": True}),
+    ({"pin": None}, False, False, {"do": "tune", "why": "never tuned"}),
+    ({"takes_kv_args": False}, False, False, {"do": "refuse"}),
+    ({"takes_kv_args": False, "running": False}, False, False, {"do": "refuse"}),
+    ({"trial_pending": True}, False, False, {"do": "revert", "why": "a trial of an earlier run was never confirmed"}),
+    ({"running": False}, False, False, {"do": "revert", "why": "sglang.service was not running"}),
+    ({"running": False}, False, True, {"do": "report", "status": "would_tune"}),
+])
+def test_plan_start(changes, force, check_mode, expected):
+    plan = kv_tune.plan_start(dict(INFO, **changes), "h1", "sglang.service", force, check_mode)
+    assert {key: plan.get(key) for key in expected} == expected, plan
+    if plan["do"] == "refuse":
+        assert "cannot be tuned: its ExecStart does not end with $LLMSERVE_KV_ARGS" in plan["msg"]
+    if check_mode:
+        assert "check mode restarts nothing" in plan["line"]
+    if plan.get("status") == "unchanged":
+        assert plan["line"].endswith("fingerprint unchanged.")
