@@ -11,6 +11,11 @@ Memory of GPU ``i`` as nvidia-smi sees it: ``total = reserved + used + free`` (M
 and firmware's; ``used`` is what processes hold: another process's ``gpu_occupied_mib`` fault, and the simulated
 server's CUDA context, NCCL buffers, a small per-GPU difference (``noise_mib``, deterministic per index),
 weights, KV pool, CUDA graphs and cached activations.
+
+The SGLang version the host runs is that of the installed ``sglang`` distribution (the stand-in wheel, one per
+simulated SGLang version, that pip installs as on a real host): installing another version changes the server's KV
+arithmetic, its errors and what it reports. host.json's ``sglang_version`` counts only where no ``sglang``
+distribution is installed (the simulator run from its source tree).
 """
 from __future__ import annotations
 
@@ -62,6 +67,22 @@ class SimConfigError(ValueError):
     """host.json, a model directory or a profile is missing or invalid; the message names the file and the field."""
 
 
+def installed_sglang_version() -> str | None:
+    """The version of the ``sglang`` distribution this interpreter finds (its ``sglang-<version>.dist-info``), or
+    None when there is none."""
+    try:
+        from importlib import metadata  # pylint: disable=import-outside-toplevel
+        return metadata.version("sglang")
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+def sglang_version(path: str | None = None) -> str:
+    """The SGLang version of this host: the installed ``sglang`` distribution's, else host.json's ``sglang_version``
+    (raises SimConfigError when that is needed and the host file is unreadable)."""
+    return installed_sglang_version() or load_host(path).host_sglang_version
+
+
 def host_path() -> str:
     """The host.json in use: $SGLANG_SIM_HOST, else /etc/sglang-sim/host.json."""
     return os.environ.get(HOST_ENV) or DEFAULT_HOST_PATH
@@ -111,7 +132,10 @@ class Host:
         self.weight_load_gb_per_s = _number(values, "weight_load_gb_per_s", path, 0.001)
         self.driver_version = str(data.get("driver_version", "580.95.05"))
         self.cuda_version = str(data.get("cuda_version", "13.0"))
-        self.sglang_version = str(data.get("sglang_version", "0.5.9"))
+        # What host.json says; the version in use (sglang_version) is the installed distribution's when there is one.
+        self.host_sglang_version = str(data.get("sglang_version", "0.5.9"))
+        self._sglang_version = None
+        self._sglang_version_from = ""
         self.log_format = data.get("log_format", "classic")
         if self.log_format not in LOG_FORMATS:
             raise SimConfigError("%s: log_format must be one of %s, got %r" % (path, LOG_FORMATS, self.log_format))
@@ -138,6 +162,26 @@ class Host:
                                                     integer=True)
         self.default_launch_args = list(data.get("default_launch_args") or [])
         self.pci = _pci_section(data.get("pci"), path)
+
+    @property
+    def sglang_version(self) -> str:
+        """The SGLang version this host runs (see the module docstring); looked up when first asked for."""
+        if self._sglang_version is None:
+            installed = installed_sglang_version()
+            self._sglang_version = installed or self.host_sglang_version
+            self._sglang_version_from = "installed sglang distribution" if installed else "host.json"
+        return self._sglang_version
+
+    @sglang_version.setter
+    def sglang_version(self, version: str) -> None:
+        """Run another version than the installed one (the oracle's --sglang-version)."""
+        self._sglang_version = str(version)
+        self._sglang_version_from = "given"
+
+    @property
+    def sglang_version_from(self) -> str:
+        """Where sglang_version comes from: installed sglang distribution, host.json or given."""
+        return self._sglang_version_from if self.sglang_version else ""
 
     # -- per GPU ---------------------------------------------------------------------------------------------
 

@@ -12,12 +12,17 @@ keep the margin.
 
     sglang-sim-oracle --host /etc/sglang-sim/host.json --model-path /models/field/model --tp 8 \\
         --speculative-algorithm EAGLE3 --speculative-draft-model-path /models/field/draft --safety-gib 1
+
+The SGLang version is the server's (hostspec.sglang_version: the ``sglang`` distribution installed beside the
+oracle, else host.json's), or ``--sglang-version``: the version of the venv that serves, which may differ from the
+oracle's own.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import sys
 
 from sglang_sim import args as server_args
@@ -47,6 +52,7 @@ def search(host, model, draft, args, safety_gib: float, resolution: float) -> di
             highest = (fraction, plan)
     result = {
         "host": host.path, "model_path": args.model_path, "sglang_version": host.sglang_version,
+        "sglang_version_from": host.sglang_version_from,
         "safety_gib": safety_gib, "resolution": resolution,
         "max_mem_fraction_static": highest[0] if highest else None,
         "max_kv_tokens": highest[1].replicas[0].tokens if highest else None,
@@ -104,7 +110,7 @@ def split_host_file(argv: list) -> tuple:
 
 
 def main(argv=None) -> int:
-    """sglang-sim-oracle --host FILE --safety-gib X [--resolution R] <launch_server flags>"""
+    """sglang-sim-oracle --host FILE --safety-gib X [--resolution R] [--sglang-version V] <launch_server flags>"""
     argv = sys.argv[1:] if argv is None else argv
     host_file, argv = split_host_file(argv)
     parser = argparse.ArgumentParser(prog="sglang-sim-oracle", allow_abbrev=False,
@@ -113,11 +119,17 @@ def main(argv=None) -> int:
                                      "or /etc/sglang-sim/host.json); other flags are launch_server's.")
     parser.add_argument("--safety-gib", type=float, default=0.0, help="GiB that must stay free under stress")
     parser.add_argument("--resolution", type=float, default=0.001, help="grid step of the search")
+    parser.add_argument("--sglang-version", help="the SGLang version of the server (default: the installed sglang "
+                        "distribution's, else host.json's sglang_version)")
     own, launch = parser.parse_known_args(argv)
     if not 0 < own.resolution < 1 or own.safety_gib < 0:
         parser.error("--resolution must be in (0, 1) and --safety-gib >= 0")
+    if own.sglang_version is not None and not re.match(r"^v?\d+(\.\d+)*", own.sglang_version):
+        parser.error("--sglang-version must be a version such as 0.5.9, got %r" % own.sglang_version)
     try:
         host = hostspec.load_host(host_file)
+        if own.sglang_version is not None:
+            host.sglang_version = own.sglang_version
         args = server_args.parse(launch)
         model = load_model(args.model_path)
         server_args.resolve(args, host, model, memory.era(host.sglang_version) == memory.ERA_CURRENT)

@@ -10,6 +10,8 @@ from a child process``, killed by SIGKILL), and otherwise listens on --host/--po
 prints ``The server is fired up and ready to roll!``. A runtime OOM or an injected crash ends it the same way.
 SIGTERM/SIGINT while serving end it cleanly (uvicorn's shutdown, exit 0); before that the signal ends it. The GPUs'
 live memory goes to the state file that nvidia-smi reads, which is removed on every exit.
+The SGLang version it runs (KV arithmetic era, error types, /get_server_info's version) is the installed ``sglang``
+distribution's, else host.json's (hostspec.sglang_version).
 """
 from __future__ import annotations
 
