@@ -18,7 +18,8 @@ export PATH := $(BIN):$(PATH)
 # Some machines list find-links/index folders that do not exist; pip warns once per package about them.
 PIP_NOISE := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-# The simulator's wheel, installed offline on simulated hosts (tools/simhosts, tools/sglang_sim).
+# The simulator's wheels, installed offline on simulated hosts (tools/simhosts, tools/sglang_sim): sglang-sim (the
+# simulator and its tools) and the stand-in distribution sglang, one wheel per simulated SGLang version.
 WHEELHOUSE_DIR := $(CURDIR)/.tmp/wheelhouse
 SIM_SOURCES := $(shell find tools/sglang_sim -type f -not -path '*/build/*' -not -path '*.egg-info*' -not -name '*.pyc' 2>/dev/null)
 WHEELHOUSE ?= $(WHEELHOUSE_DIR)
@@ -60,6 +61,7 @@ $(WHEELHOUSE_DIR)/.built: $(SIM_SOURCES) | $(VENV)/.installed
 	rm -rf $(WHEELHOUSE_DIR) && mkdir -p $(WHEELHOUSE_DIR)
 	$(BIN)/pip wheel -q --disable-pip-version-check --no-deps tools/sglang_sim -w $(WHEELHOUSE_DIR) 2>&1 | $(PIP_NOISE)
 	rm -rf tools/sglang_sim/build
+	$(BIN)/python tools/sglang_sim/build_standins.py $(WHEELHOUSE_DIR)
 	touch $@
 
 wheelhouse: $(WHEELHOUSE_DIR)/.built

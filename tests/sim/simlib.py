@@ -3,9 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Run the simulator (tools/sglang_sim) as a local subprocess for the tests: a server, nvidia-smi, the oracle.
 
-The simulator is not installed into the test venv: it runs from its source tree with PYTHONPATH, on 127.0.0.1, on
-a free port, with a host.json and a GPU state file of the test's own (fast time scale), so tests never touch
-/etc or /run and can run in parallel. Every wait is bounded.
+The simulator is not installed into the test venv: it runs from its source tree with PYTHONPATH (sglang_sim and the
+stand-in sglang package: no sglang distribution, so the SGLang version is host.json's), on 127.0.0.1, on a free
+port, with a host.json and a GPU state file of the test's own (fast time scale), so tests never touch /etc or /run
+and can run in parallel. Every wait is bounded.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIM_SRC = os.path.join(REPO, "tools", "sglang_sim", "src")
+# The stand-in sglang package (python -m sglang.launch_server), a distribution of its own when installed.
+STANDIN_SRC = os.path.join(REPO, "tools", "sglang_sim", "standin")
 PROFILES = os.path.join(SIM_SRC, "sglang_sim", "profiles")
 GIB = 2 ** 30
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -61,9 +64,12 @@ def free_port() -> int:
 
 
 class Sim:
-    """A host.json, a state file and the environment to run the simulator's commands against them."""
+    """A host.json, a state file and the environment to run the simulator's commands against them.
 
-    def __init__(self, directory: str, host: dict):
+    ``site``: a directory where the stand-in sglang wheel is installed (unpacked), put before the source tree so
+    that its ``sglang`` package and distribution are the ones found, as on a host where pip installed it."""
+
+    def __init__(self, directory: str, host: dict, site: str | None = None):
         os.makedirs(directory, exist_ok=True)
         self.directory = directory
         self.servers = []
@@ -71,7 +77,8 @@ class Sim:
         self.state_path = os.path.join(directory, "gpus.json")
         with open(self.host_path, "w", encoding="utf-8") as handle:
             json.dump(host, handle)
-        self.env = dict(os.environ, PYTHONPATH=SIM_SRC, SGLANG_SIM_HOST=self.host_path,
+        path = [site, SIM_SRC] if site else [SIM_SRC, STANDIN_SRC]
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), SGLANG_SIM_HOST=self.host_path,
                         SGLANG_SIM_STATE=self.state_path, PYTHONUNBUFFERED="1")
 
     def run(self, module: str, args: list, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -22,7 +22,8 @@ import time
 
 from sglang_sim.hostspec import GIB, MIB
 
-# Where SGLang's frames point in tracebacks: the sglang package this simulator installs (sglang/launch_server.py).
+# Where SGLang's frames point in tracebacks: the stand-in sglang package, which pip installs beside this one in the
+# same site-packages (sglang/launch_server.py).
 _SGLANG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sglang")
 
 CUDA_GRAPH_CAPTURE_FAILED_MSG = {
