@@ -166,3 +166,16 @@ def test_oracle_sglang_version_option(make_sim):
     bad = sim.run("sglang_sim.oracle", args + ["--sglang-version", "latest"])
     assert bad.returncode == 2 and "--sglang-version must be a version" in bad.stderr
 
+
+def test_sim_inventory_installs_each_profiles_version():
+    """inventories/sim installs, per profile, the SGLang version its host.json names (and so its stand-in)."""
+    yaml = pytest.importorskip("yaml")
+    with open(os.path.join(simlib.REPO, "inventories", "sim", "group_vars", "sim.yml"), encoding="utf-8") as handle:
+        group_vars = yaml.safe_load(handle)
+    assert group_vars["sglang_pip_package"] == "sglang"
+    assert group_vars["sglang_version"] == "{{ sim_profiles[sim_profile].sglang_version }}"
+    profiles = sorted(os.listdir(simlib.PROFILES))
+    profiles = [name for name in profiles if os.path.isfile(os.path.join(simlib.PROFILES, name, "host.json"))]
+    assert sorted(group_vars["sim_profiles"]) == profiles
+    for name in profiles:
+        assert group_vars["sim_profiles"][name]["sglang_version"] == simlib.profile_host(name)["sglang_version"], name

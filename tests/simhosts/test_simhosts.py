@@ -47,12 +47,15 @@ pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_ca
 
 
 def simulator_wheelhouse(tmp: Path) -> str:
-    """$SIM_WHEELHOUSE (`make simhosts` sets it), else the simulator's real wheel built into tmp, as make would."""
+    """$SIM_WHEELHOUSE (`make simhosts` sets it), else the simulator's real wheels (sglang-sim and the stand-in
+    sglang wheels) built into tmp, as make would."""
     wheelhouse = os.environ.get("SIM_WHEELHOUSE")
     if wheelhouse:
         return wheelhouse
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO / "tools" / "sglang_sim"),
                     "-w", str(tmp / "wheelhouse")], check=True, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, str(REPO / "tools" / "sglang_sim" / "build_standins.py"), str(tmp / "wheelhouse")],
+                   check=True, capture_output=True, timeout=600)
     return str(tmp / "wheelhouse")
 
 
@@ -156,6 +159,21 @@ def test_simulator_installed_with_profile(sim):
         assert res["stdout_lines"][:2] == ["/opt/sglang-sim/bin/sglang-sim-smi", "/opt/sglang-sim/bin/sglang-sim-lspci"], (host, res)
         assert "RTX PRO 6000" in res["stdout"], (host, res)
         assert res["stdout_lines"][-8:] == [f"{bus}:00.0 0302: 10de:2bb5 (rev a1)" for bus in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")], (host, res)
+
+
+def test_sglang_of_the_profiles_version_installed_by_pip_beside_the_simulator(sim):
+    """`serve` runs python -m sglang.launch_server from /opt/sglang-sim, where pip installed the profile's SGLang
+    version (field: 0.5.9, the stand-in distribution) as on a real host."""
+    results = ansible(sim["inventory"], "ansible.builtin.shell",
+                      "/opt/sglang-sim/bin/pip freeze --disable-pip-version-check && "
+                      "cat /opt/sglang-sim/lib/python3.*/site-packages/sglang-0.5.9.dist-info/METADATA && "
+                      "/opt/sglang-sim/bin/python -c 'import sglang; print(sglang.__version__)'")
+    assert len(results) == COUNT, results
+    for host, res in results.items():
+        assert res.get("rc") == 0, (host, res)
+        lines = res["stdout_lines"]
+        assert "sglang==0.5.9" in lines and "sglang-sim==0.1.0" in lines, (host, res)
+        assert "Name: sglang" in lines and "Requires-Dist: sglang-sim" in lines and lines[-1] == "0.5.9", (host, res)
 
 
 def test_rerun_keeps_running_hosts_and_recreates_a_crashed_one(sim):

@@ -68,3 +68,35 @@ def test_a_server_that_cannot_start_fails_fast_with_the_classified_reason(invent
     assert "(unit_failed after" in bad.stdout or "(unit_restarted after" in bad.stdout, bad.stdout[-4000:]  # not a timeout
     good = play(inventory, playbook=REPO / "playbooks" / "site.yml")
     assert good.status == "successful", good.stdout[-4000:]
+
+
+def server_version(inventory: Path) -> str:
+    """What the running server reports as its SGLang version (/get_server_info)."""
+    info = play(inventory, tasks=[{"name": "info", "ansible.builtin.uri": {
+        "url": "http://127.0.0.1:30000/get_server_info", "return_content": True}}]).results["info"]
+    return info["json"]["version"]
+
+
+def test_sglang_installed_by_pip_and_an_upgrade_changes_the_server(inventory):
+    """site.yml installed SGLang as on a real host: the distribution sglang 0.5.9 (the field profile's; the
+    simulator's stand-in) in the root-owned venv, with its dist-info. Upgrading it with pip from the host's wheelhouse
+    and restarting changes what the server runs and reports. Last in this module: the host keeps 0.5.10."""
+    site_packages = "/opt/sglang/venv/lib/python3.*/site-packages"
+    before = play(inventory, tasks=[{"name": "meta", "ansible.builtin.shell": (
+        f"cat {site_packages}/sglang-0.5.9.dist-info/METADATA && stat -c %U {site_packages}/sglang-0.5.9.dist-info")}])
+    lines = before.results["meta"]["stdout_lines"]
+    assert "Name: sglang" in lines and "Version: 0.5.9" in lines and "Requires-Dist: sglang-sim" in lines, lines
+    assert lines[-1] == "root"
+    assert server_version(inventory) == "0.5.9"
+
+    upgrade = play(inventory, tasks=[
+        {"name": "pip", "ansible.builtin.command": {"argv": [
+            "/opt/sglang/venv/bin/pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+            "--find-links", "/var/cache/sglang-sim/wheelhouse", "sglang==0.5.10"]}},
+        {"name": "restart", "ansible.builtin.systemd_service": {"name": "sglang.service", "state": "restarted"}},
+        {"name": "ready", "llmserve.sglang.sglang_ready": {"unit": "sglang.service", "timeout": 120}},
+        {"name": "meta", "ansible.builtin.shell": f"ls -d {site_packages}/sglang-*.dist-info"}])
+    assert upgrade.status == "successful", upgrade.stdout[-4000:]
+    assert upgrade.results["ready"]["ready"], upgrade.results["ready"]
+    assert [line.rsplit("/", 1)[1] for line in upgrade.results["meta"]["stdout_lines"]] == ["sglang-0.5.10.dist-info"]
+    assert server_version(inventory) == "0.5.10"

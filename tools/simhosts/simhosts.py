@@ -263,12 +263,14 @@ def wheelhouse_key(wheelhouse: Path) -> str:
 def ensure_sim_layer(base: Path, wheelhouse: Path) -> Path:
     """A small layer over the base tree: the simulator's venv, its wheelhouse, nvidia-smi and lspci.
 
-    Built once per (base tree, wheelhouse content) by installing the wheels inside a container of the tree.
+    Built once per (base tree, wheelhouse content) by installing the wheels inside a container of the tree. The
+    stand-in ``sglang`` distribution is not in the layer: each host gets the version of its profile (PROFILE_INSTALL).
     """
     if not wheelhouse.is_dir():
         raise SimError(f"SIM_WHEELHOUSE={wheelhouse} is not a directory")
-    if not any(wheelhouse.glob("sglang_sim-*.whl")):
-        raise SimError(f"SIM_WHEELHOUSE={wheelhouse} holds no sglang_sim-*.whl (build the simulator's wheel into it)")
+    if not any(wheelhouse.glob("sglang_sim-*.whl")) or not any(wheelhouse.glob("sglang-*.whl")):
+        raise SimError(f"SIM_WHEELHOUSE={wheelhouse} must hold sglang_sim-*.whl and the stand-in sglang-*.whl wheels "
+                       "(`make wheelhouse` builds them)")
     layer = CACHE_DIR / "layers" / f"sim-{base.name}-{wheelhouse_key(wheelhouse)}"
     if layer.is_dir():
         return layer
@@ -601,6 +603,18 @@ def wait_for_ssh(entry: dict) -> None:
         log(f"warning: {entry['name']} is {res.stdout.strip()!r}; failed units: {failed or 'none'}")
 
 
+# Run on a new host with `sh -s PROFILE`: the profile (host.json, models), then SGLang of the profile's version into
+# the simulator's venv, installed by pip as on a real host (the stand-in distribution sglang, from the wheelhouse),
+# for the host's "existing" server (`serve`): python -m sglang.launch_server there runs the version host.json names,
+# and the venv has its sglang-<version>.dist-info like a real SGLang venv.
+PROFILE_INSTALL = f"""set -eu
+{SIM_VENV}/bin/sglang-sim-profile install "$1" --root /
+version=$({SIM_VENV}/bin/python -c 'from sglang_sim.hostspec import load_host; print(load_host().host_sglang_version)')
+{SIM_VENV}/bin/pip install -q --no-cache-dir --disable-pip-version-check --no-index \\
+  --find-links {SIM_WHEELHOUSE_IN_HOST} "sglang==$version"
+"""
+
+
 def create_host(state: State, name: str, index: int, prefix: str, want: dict, layers: list[Path],
                 key: Path, profile: str | None) -> None:
     started = time.monotonic()
@@ -627,9 +641,9 @@ def create_host(state: State, name: str, index: int, prefix: str, want: dict, la
     state.update_host(name, pid=entry["pid"], pid_start=entry["pid_start"])
     wait_for_ssh(entry)
     if profile:
-        res = ssh_cmd(entry, f"{SIM_VENV}/bin/sglang-sim-profile install {profile} --root /", timeout=300)
+        res = ssh_cmd(entry, f"sh -s {profile}", stdin=PROFILE_INSTALL, timeout=300)
         if res.returncode != 0:
-            raise SimError(f"{name}: sglang-sim-profile install {profile} failed (rc={res.returncode}):\n{res.stdout}")
+            raise SimError(f"{name}: installing profile {profile} failed (rc={res.returncode}):\n{res.stdout}")
     state.update_host(name, status="up")
     log(f"{name}: up at {address} in {time.monotonic() - started:.1f} s")
 
@@ -809,7 +823,8 @@ def cmd_ssh(args: argparse.Namespace) -> None:
     os.execvp("ssh", ["ssh", "-i", str(ssh_key()), *SSH_OPTS, f"root@{entry['address']}", *args.command])
 
 
-# Run on the host with `sh -s PROFILE [extra flags]`: the profile's default launch args, as a transient unit.
+# Run on the host with `sh -s PROFILE [extra flags]`: the profile's default launch args, as a transient unit. The
+# command is SGLang's own, from the simulator's venv, where `up` installed SGLang of the profile's version.
 SERVE_SCRIPT = """set -eu
 systemctl stop sglang.service 2>/dev/null || true
 systemctl reset-failed sglang.service 2>/dev/null || true

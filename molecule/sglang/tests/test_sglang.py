@@ -82,10 +82,15 @@ def test_service_user_is_a_system_account_without_login(host):
 def test_virtualenv_is_root_owned_with_the_pinned_package(host):
     venv = host.file("/opt/sglang/venv")
     assert venv.is_directory and venv.user == "root" and venv.mode == 0o755
-    freeze = host.check_output("/opt/sglang/venv/bin/pip freeze --disable-pip-version-check")
-    assert "sglang-sim==0.1.0" in freeze.splitlines()
-    # What the server reports as its version (the simulated host's SGLang version).
-    assert host.check_output("/opt/sglang/venv/bin/python -c 'import sglang; print(sglang.__version__)'") == "0.5.5.post3"
+    freeze = host.check_output("/opt/sglang/venv/bin/pip freeze --disable-pip-version-check").splitlines()
+    # sglang at the pinned version (the simulator's stand-in) and what it requires, from the same wheelhouse.
+    assert "sglang==0.5.5.post3" in freeze and "sglang-sim==0.1.0" in freeze
+    metadata = host.check_output("cat /opt/sglang/venv/lib/python3.*/site-packages/sglang-0.5.5.post3.dist-info/"
+                                 "METADATA").splitlines()
+    assert "Name: sglang" in metadata and "Version: 0.5.5.post3" in metadata and "Requires-Dist: sglang-sim" in metadata
+    # What the server reports as its version: the installed distribution's.
+    version = host.check_output("/opt/sglang/venv/bin/python -c 'import sglang; print(sglang.__version__)'")
+    assert version == "0.5.5.post3"
 
 
 def test_dev_shm_large_enough_and_persisted(host):
