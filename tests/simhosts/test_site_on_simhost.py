@@ -7,6 +7,7 @@ The host (prefix simsite) gets inventories/sim/group_vars/sim.yml, the same vari
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,10 @@ from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
 
 PREFIX = "simsite"
 HOST = f"{PREFIX}1"
+# `systemd-analyze security sglang.service` on this host (Debian 12, systemd 252): 7.3 before the hardening of
+# roles/sglang_service/templates/sglang.service.j2, 3.1 after. A change that weakens the unit fails here; one that
+# hardens it further lowers this value.
+EXPOSURE_MAX = 3.1
 
 pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
 
@@ -29,6 +34,14 @@ def inventory(tmp_path_factory):
 def unit_property(inventory: Path, name: str) -> str:
     return play(inventory, tasks=[{"name": "show", "ansible.builtin.command": {
         "argv": ["systemctl", "show", f"--property={name}", "--value", "sglang.service"]}}]).results["show"]["stdout"]
+
+
+def unit_properties(inventory: Path, *names: str) -> dict[str, str]:
+    """Several properties of sglang.service in one call; a property systemd leaves out (an empty list) reads ''."""
+    out = play(inventory, tasks=[{"name": "show", "ansible.builtin.command": {
+        "argv": ["systemctl", "show", "--property=" + ",".join(names), "sglang.service"]}}]).results["show"]["stdout"]
+    shown = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return {name: shown.get(name, "") for name in names}
 
 
 def test_site_twice_then_nothing_changes(inventory):
@@ -57,6 +70,25 @@ def test_server_runs_as_sglang_not_root(inventory):
         "argv": ["ps", "-o", "user=", "-C", "python"]}}])
     users = set(ps_run.results["ps"]["stdout"].split())
     assert users == {"sglang"}, users
+
+
+def test_unit_exposure_score_and_hardening(inventory):
+    """The unit site.yml deployed (DevicePolicy=auto, the default) keeps its systemd-analyze exposure score and the
+    directives behind it, while the server behind it generated (site.yml's readiness wait)."""
+    run = play(inventory, tasks=[{"name": "security", "ansible.builtin.command": {
+        "argv": ["systemd-analyze", "security", "--no-pager", "sglang.service"]}}])
+    output = run.results["security"]["stdout"]
+    level = re.search(r"Overall exposure level for sglang\.service: (\d+\.\d+)", output)
+    assert level, output
+    assert float(level.group(1)) <= EXPOSURE_MAX, output
+    expected = {"ProtectKernelLogs": "yes", "ProtectClock": "yes", "ProtectHostname": "yes",
+                "RestrictNamespaces": "yes", "SystemCallArchitectures": "native", "CapabilityBoundingSet": "",
+                "AmbientCapabilities": "", "ProtectProc": "invisible", "ProcSubset": "all", "RemoveIPC": "yes",
+                "KeyringMode": "private", "PrivateUsers": "no", "PrivateDevices": "no", "DevicePolicy": "auto",
+                "DeviceAllow": ""}
+    shown = unit_properties(inventory, *expected, "RestrictAddressFamilies")
+    assert sorted(shown.pop("RestrictAddressFamilies").split()) == ["AF_INET", "AF_INET6", "AF_NETLINK", "AF_UNIX"]
+    assert shown == expected
 
 
 def test_a_server_that_cannot_start_fails_fast_with_the_classified_reason(inventory):
