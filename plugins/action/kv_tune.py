@@ -4,12 +4,15 @@
 """The KV tuner's loop for one unit, on the controller (documentation: plugins/modules/kv_tune.py).
 
 This file only performs: it runs the collection's modules on the host and prints progress. Every decision is
-module_utils/kv_tune.py's Tuner, which answers each observation with the next step; the loop below executes it.
+module_utils/kv_tune.py's (plan_start before the search, Tuner during it), which answers each observation with the
+next step; the code below executes it.
 """
 from __future__ import annotations
 
 import datetime
 import os
+import socket
+import uuid
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -29,6 +32,7 @@ ARGUMENT_SPEC = dict(
     budget=dict(type="int", default=6),
     min_tokens=dict(type="int"),
     force=dict(type="bool", default=False),
+    reset=dict(type="bool", default=False),
     model_revision=dict(type="str"),
     url=dict(type="str", default="http://127.0.0.1:30000"),
     api_key=dict(type="str", no_log=True),
@@ -38,6 +42,8 @@ ARGUMENT_SPEC = dict(
     stress_duration=dict(type="float", default=120),
     confirm_timeout=dict(type="int"),
 )
+# States of kv_trial that may still run once ansible-playbook is gone: they put the host back and let go.
+_CLEAN_UP = ("reverted", "unlocked")
 
 
 class ModuleFailed(Exception):
@@ -59,13 +65,17 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         super(ActionModule, self).run(tmp, task_vars)
         self._vars = task_vars or {}
-        validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        del validation
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         if args["confirm_timeout"] is None:
             args["confirm_timeout"] = int(args["ready_timeout"] + 2 * args["stress_duration"] + 600)
         self.args = args
         self.host = task_vars.get("inventory_hostname", "?")
+        self.url = args["url"]
+        self.run_id = uuid.uuid4().hex[:8]
+        self.locked = False    # this run holds the unit's lock on the host
         self.armed = False     # a trial started on the host and neither committed nor reverted
+        self.changed = False
+        self.invocation_id = None   # the start of the server measured in place
         # Ansible's workers run in their own session: one whose ansible-playbook was killed lives on, and a search
         # that outlived its controller would go on restarting servers that nobody watches.
         self._controller = os.getppid()
@@ -75,10 +85,70 @@ class ActionModule(ActionBase):
             reverted = self._revert_if_armed()
             if not isinstance(exc, (InvalidInput, ModuleFailed, ControllerGone)):
                 raise
-            return {"failed": True, "changed": reverted, "msg": str(exc) + (
+            return {"failed": True, "changed": self.changed or reverted, "msg": str(exc) + (
                 " (the trial in progress was reverted)" if reverted else "")}
         finally:
+            self._unlock()
             self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    # -- the host --------------------------------------------------------------------------------------------------
+
+    def _module(self, name, module_args, may_fail=False):
+        if os.getppid() != self._controller and not (name == "kv_trial" and module_args["state"] in _CLEAN_UP):
+            raise ControllerGone("ansible-playbook is gone; the trial in progress is reverted and the search ends")
+        result = self._execute_module(module_name=_COLLECTION + name, module_args=module_args, task_vars=self._vars)
+        if result.get("failed") and not may_fail:
+            raise ModuleFailed(result.get("msg") or "%s failed: %s" % (name, result))
+        return result
+
+    def _fingerprint(self):
+        return self._module("kv_fingerprint", {"unit": self.args["unit"], "model_revision": self.args["model_revision"],
+                                               "require_running": False})
+
+    def _ready(self, invocation_id=None):
+        return self._module("sglang_ready", {
+            "url": self.url, "unit": self.args["unit"], "api_key": self.args["api_key"],
+            "timeout": self.args["ready_timeout"], "interval": self.args["ready_interval"],
+            "invocation_id": invocation_id})
+
+    def _boot(self):
+        """The startup facts of the unit's last start; {} when its log says nothing (rotated out of the journal)."""
+        boot = self._module("sglang_startup_facts", {"unit": self.args["unit"]}, may_fail=True)
+        return {} if boot.get("failed") else boot
+
+    def _trial_module(self, state, text=None, fact=None):
+        """kv_trial on the unit, as this run: it renews (or takes, or releases) the run's lock on the host."""
+        module_args = {"unit": self.args["unit"], "state": state, "run_id": self.run_id,
+                       "controller": "%s pid %d" % (socket.gethostname(), self._controller),
+                       "lease": self.args["confirm_timeout"] + 600}
+        if text is not None:
+            module_args["value"] = text
+        if state == "started":
+            module_args["confirm_timeout"] = self.args["confirm_timeout"]
+            self.armed = True
+        if fact is not None:
+            module_args["fact"] = fact
+        result = self._module("kv_trial", module_args)
+        self.changed = self.changed or bool(result.get("changed"))
+        if state == "locked":
+            self.locked = True
+        elif state == "unlocked":
+            self.locked = False
+        elif state != "started":
+            self.armed = False
+        return result
+
+    def _lock(self):
+        if not self.locked:
+            self._trial_module("locked")
+
+    def _unlock(self):
+        if self.locked:
+            try:
+                self._trial_module("unlocked")
+            except Exception as exc:  # pylint: disable=broad-except
+                display.warning("%s: could not release the tuning lock of %s (%s); it lapses by itself"
+                                % (self.host, self.args["unit"], exc))
 
     def _revert_if_armed(self):
         """Whatever went wrong after a trial started, the host does not wait for its timer: back to the
@@ -93,51 +163,9 @@ class ActionModule(ActionBase):
             return False
         return True
 
-    # -- the host --------------------------------------------------------------------------------------------------
-
-    def _module(self, name, module_args, may_fail=False):
-        if os.getppid() != self._controller and not (name == "kv_trial" and module_args["state"] == "reverted"):
-            raise ControllerGone("ansible-playbook is gone; the trial in progress is reverted and the search ends")
-        result = self._execute_module(module_name=_COLLECTION + name, module_args=module_args, task_vars=self._vars)
-        if result.get("failed") and not may_fail:
-            raise ModuleFailed(result.get("msg") or "%s failed: %s" % (name, result))
-        return result
-
-    def _fingerprint(self):
-        return self._module("kv_fingerprint", {"unit": self.args["unit"], "model_revision": self.args["model_revision"],
-                                               "require_running": False})
-
-    def _ready(self):
-        return self._module("sglang_ready", {
-            "url": self.url, "unit": self.args["unit"], "api_key": self.args["api_key"],
-            "timeout": self.args["ready_timeout"], "interval": self.args["ready_interval"]})
-
-    def _trial_module(self, state, text=None, fact=None):
-        module_args = {"unit": self.args["unit"], "state": state}
-        if text is not None:
-            module_args["value"] = text
-        if state == "started":
-            module_args["confirm_timeout"] = self.args["confirm_timeout"]
-            self.armed = True
-        if fact is not None:
-            module_args["fact"] = fact
-        result = self._module("kv_trial", module_args)
-        if state != "started":
-            self.armed = False
-        return result
-
-    def _back_to_last_known_good(self, why):
-        display.display("%s: %s: back to the last-known-good value" % (self.host, why))
-        self._trial_module("reverted")
-        ready = self._ready()
-        if not ready["ready"]:
-            raise ModuleFailed("%s did not serve its last-known-good value again (%s: %s); nothing was tuned"
-                               % (self.args["unit"], ready["reason"], ready["detail"]))
-
     def _observe_trial(self, step):
-        if step["restart"]:
-            self._trial_module("started", step["text"])
-        ready = self._ready()
+        started = self._trial_module("started", step["text"]) if step["restart"] else None
+        ready = self._ready((started or {}).get("invocation_id") or self.invocation_id)
         stress = None
         if ready["ready"]:
             stress = self._module("kv_stress", {
@@ -145,48 +173,107 @@ class ActionModule(ActionBase):
                 "duration": self.args["stress_duration"]}, may_fail=True)
             if stress.get("failed"):
                 stress = {"held": False, "failure_reason": stress.get("msg")}
-        boot = self._module("sglang_startup_facts", {"unit": self.args["unit"]}, may_fail=True)
         running = self._fingerprint()
-        return {"ready": ready, "stress": stress, "boot": {} if boot.get("failed") else boot,
+        return {"started": started, "ready": ready, "stress": stress, "boot": self._boot(),
                 "running": running if running["running"] else None}
 
-    # -- the loop --------------------------------------------------------------------------------------------------
+    # -- before the search -----------------------------------------------------------------------------------------
 
     def _run(self):
         settings = kv_tune.check_settings(self.args)
-        self.url = self.args["url"]
+        unit = settings["unit"]
         info = self._fingerprint()
-        plan = kv_tune.plan_start(info, self.host, settings["unit"], settings["force"], self._task.check_mode)
-        if plan["do"] == "revert":
-            self._back_to_last_known_good(plan["why"])
+        if self.args["reset"]:
+            return self._reset(info)
+        safe = None
+        for _step in range(4):
+            plan = kv_tune.plan_start(info, self.host, unit, settings["force"], self._task.check_mode, self.run_id)
+            if plan["do"] not in ("restart", "revert", "disarm"):
+                break
+            if plan["do"] != "disarm" and info.get("fingerprint"):
+                # A model the formula cannot read would fail the tune after this restart: fail before it.
+                kv_tune.model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"])
+            self._lock()
+            display.display("%s: %s" % (self.host, plan["why"]))
+            if plan["do"] == "disarm":
+                self._trial_module("disarmed")
+            else:
+                ready = self._ready(self._trial_module("reverted").get("invocation_id"))
+                if not ready["ready"]:
+                    safe = self._after_a_failed_start(info, settings, ready)
+                    break
             info = self._fingerprint()
-            plan = kv_tune.plan_start(info, self.host, settings["unit"], settings["force"])
-        if plan["do"] == "refuse":
+        if safe is None and plan["do"] == "refuse":
             raise ModuleFailed(plan["msg"])
-        if plan["do"] == "report":
+        if safe is None and plan["do"] == "report":
             display.display(plan["line"])
-            return {"changed": False, "status": plan["status"], "why": plan["why"], "line": plan["line"],
+            return {"changed": self.changed, "status": plan["status"], "why": plan["why"], "line": plan["line"],
                     "pin": info["pin"]}
-        if plan["do"] != "tune":
-            raise ModuleFailed("%s did not come back on its last-known-good value" % settings["unit"])
+        if safe is None and plan["do"] != "tune":
+            raise ModuleFailed("%s did not settle before the search (%s)" % (unit, plan.get("why")))
         self.url = info["url"] or self.url
         # The formula must know the model (attention, dtype) before anything restarts: an unknown one fails here.
         model = kv_tune.model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"])
-        if plan["dry_run"]:
+        if safe is None and plan["dry_run"]:
             display.display(plan["line"])
             return {"changed": False, "status": "would_tune", "why": plan["why"], "line": plan["line"],
                     "pin": info["pin"]}
-        ready = self._ready()
-        if not ready["ready"]:
-            raise ModuleFailed("%s must serve its last-known-good value before it is tuned (%s: %s); nothing was "
-                               "restarted" % (settings["unit"], ready["reason"], ready["detail"]))
-        boot = self._module("sglang_startup_facts", {"unit": settings["unit"]})
+        self._lock()
+        if safe is not None:
+            start = kv_tune.safe_start(safe["boot"], info["fingerprint"], model, settings)
+            boot, why, self.invocation_id = safe["boot"], safe["why"], None
+        else:
+            ready = self._ready(info["invocation_id"])
+            if not ready["ready"]:
+                raise ModuleFailed("%s must serve its last-known-good value before it is tuned (%s: %s); nothing was "
+                                   "restarted" % (unit, ready["reason"], ready["detail"]))
+            boot, why, start, self.invocation_id = self._boot(), plan["why"], None, info["invocation_id"]
         running_value = info["mem_fraction_static"]
         if running_value is None:
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
-        tuner = kv_tune.Tuner(self.host, settings, plan["why"], running_value, boot, info["fingerprint"],
-                              info["fingerprint_hash"], lower_bound=kv_tune.lower_bound(boot, model, settings["min_tokens"]))
+        tuner = kv_tune.Tuner(self.host, settings, why, running_value, boot, info["fingerprint"],
+                              info["fingerprint_hash"], lower_bound=kv_tune.lower_bound(boot, model, settings["min_tokens"]),
+                              invocation_id=self.invocation_id, start=start)
         return self._search(tuner, info)
+
+    def _after_a_failed_start(self, info, settings, ready):
+        """The last-known-good value did not come back: tune from a safe start when it ran out of memory, else stop
+        loudly with the unit left as it is."""
+        boot = self._boot()
+        lkg = (boot.get("server_args") or {}).get("mem_fraction_static", info.get("mem_fraction_static"))
+        lkg_text = "?" if lkg is None else str(lkg)
+        message = kv_tune.failed_start(boot, settings["unit"], lkg_text)
+        if message is not None:
+            raise ModuleFailed("%s (%s: %s)" % (message, ready["reason"], ready["detail"]))
+        if info.get("fingerprint") is None:
+            raise ModuleFailed("%s does not start on its last-known-good value %s, and its unit file cannot be read "
+                               "well enough to fingerprint it" % (settings["unit"], lkg_text))
+        failure = boot.get("failure") or {}
+        why = ("the last-known-good value %s no longer starts (%s: %s): tuning from a safe start"
+               % (lkg_text, failure.get("kind"), failure.get("line")))
+        display.display("%s: %s" % (self.host, why))
+        return {"boot": boot, "why": why}
+
+    def _reset(self, info):
+        """kv_tune_reset: forget the pin; the unit runs the value of its base unit file again."""
+        if self._task.check_mode:
+            line = "%s: %s would lose its pin (%s); check mode restarts nothing." % (
+                self.host, self.args["unit"], "none" if info["pin"] is None else info["pin"].get("mem_fraction_static"))
+            display.display(line)
+            return {"changed": info["pin"] is not None, "status": "would_reset", "why": "kv_tune_reset", "line": line,
+                    "pin": info["pin"]}
+        self._lock()
+        ready = self._ready(self._trial_module("reset").get("invocation_id"))
+        after = self._fingerprint()
+        line = "%s: %s lost its pin and runs %s (its base value)%s" % (
+            self.host, self.args["unit"], after.get("mem_fraction_static") or "SGLang's default",
+            "" if ready["ready"] else "; IT DOES NOT SERVE: %s: %s" % (ready["reason"], ready["detail"]))
+        display.display(line)
+        if not ready["ready"]:
+            raise ModuleFailed(line)
+        return {"changed": True, "status": "reset", "why": "kv_tune_reset", "line": line, "pin": None}
+
+    # -- the search ------------------------------------------------------------------------------------------------
 
     def _search(self, tuner, info):
         started = _now()
@@ -198,8 +285,8 @@ class ActionModule(ActionBase):
             elif step["do"] == "revert":
                 display.display("%s: %s: back to the last-known-good value %s"
                                 % (self.host, step["why"], step["text"] or "(SGLang's default)"))
-                self._trial_module("reverted")
-                observation = {"ready": self._ready(), "running": self._fingerprint()}
+                reverted = self._trial_module("reverted")
+                observation = {"ready": self._ready(reverted.get("invocation_id")), "running": self._fingerprint()}
             else:  # commit a new best, or pin: the fact records every trial
                 observation = self._trial_module("committed", step["text"], tuner.fact_entry(_now()))
             was_trial = step["do"] == "trial"
@@ -209,9 +296,8 @@ class ActionModule(ActionBase):
         result = tuner.result(step["status"], started, _now(), (info["fingerprint"] or {}).get("versions"))
         line = kv_tune.result_line(result)
         display.display(line)
-        out = {"changed": tuner.restarts > 0 or tuner.best is not None, "status": step["status"],
-               "why": tuner.reason, "line": line, "pin": info["pin"], "result": result,
-               "report": kv_tune.report_markdown(result)}
+        out = {"changed": True, "status": step["status"], "why": tuner.reason, "line": line, "pin": info["pin"],
+               "result": result, "report": kv_tune.report_markdown(result)}
         if step["msg"]:
             out["msg"] = step["msg"]
         return out

@@ -65,7 +65,12 @@ class ActionModule(ActionBase):
         rows = summary_rows(outcomes)
         path = os.path.join(args["report_dir"], "summary.json")
         changed = False
-        if rows:
+        # A run in which no host got as far as the tuner (bad input, nothing reachable) keeps the last summary.
+        reached = [row for row in rows if not row["status"].startswith("not tuned")]
+        if not reached:
+            display.display("no host reached the tuner: %s is left as it was" % path)
+            path = None
+        elif rows:
             try:
                 changed = write_if_changed(path, json.dumps(rows, indent=4, sort_keys=True) + "\n",
                                            self._task.check_mode)

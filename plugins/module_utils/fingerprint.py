@@ -14,7 +14,8 @@ What counts, and why (the keys of the dict, in sections):
 - ``versions``: ``driver`` and ``cuda`` (the CUDA context and NCCL buffers change size between drivers), ``sglang``
   (the KV arithmetic, graph sizes and defaults change between releases).
 - ``model``: ``path``, ``config_sha256`` (sha256 of config.json's text: layers, heads, dtype, quantization decide
-  the weights and the KV cell) and ``revision`` (the same path may hold other weights).
+  the weights and the KV cell), ``revision`` (the same path may hold other weights) and, with a speculative draft,
+  ``draft_config_sha256`` (its config.json's, by content: a draft replaced in place keeps its path).
 - ``server_args`` (``server_args.MEMORY_ARGS``, each with SGLang's default, so an absent flag, ``None`` and the default
   value hash the same): tp/pp/dp sizes and DP attention (weights and pools per rank), dtype and quantization
   (weight bytes), kv_cache_dtype and page_size (the cell and page rounding), context_length (request table),
@@ -79,17 +80,22 @@ def config_sha256(config_text):
 
 
 def fingerprint(gpus, driver_version, cuda_version, sglang_version, model_path, config_text=None,
-                model_revision=None, server_args=None):
+                model_revision=None, server_args=None, draft_config_text=None):
     """The fingerprint dict (see the module docstring for the keys). ``gpus`` = gpu_info's list (name and
-    memory_total_mib or memory_total_bytes per GPU); ``server_args`` = SGLang flags as a dict."""
+    memory_total_mib or memory_total_bytes per GPU); ``server_args`` = SGLang flags as a dict;
+    ``draft_config_text`` = the speculative draft model's config.json, hashed by content like the target's (a
+    draft replaced in place under the same path changes the memory picture too)."""
     if not model_path or not isinstance(model_path, str):
         raise FingerprintError("model_path must be the served model's path, got %r" % (model_path,))
+    model = {"path": model_path.rstrip("/") or "/", "config_sha256": config_sha256(config_text),
+             "revision": _version("revision", model_revision)}
+    if draft_config_text is not None:
+        model["draft_config_sha256"] = config_sha256(draft_config_text)
     return {
         "gpu": _gpu_section(gpus),
         "versions": {"driver": _version("driver", driver_version), "cuda": _version("cuda", cuda_version),
                      "sglang": _version("sglang", sglang_version)},
-        "model": {"path": model_path.rstrip("/") or "/", "config_sha256": config_sha256(config_text),
-                  "revision": _version("revision", model_revision)},
+        "model": model,
         "server_args": sa.memory_args(server_args, FingerprintError),
     }
 

@@ -28,3 +28,15 @@ def unit_properties(module, unit, names):
     if rc != 0:
         raise SystemctlError("systemctl show %s failed (rc %d): %s" % (unit, rc, err.strip()))
     return parse_show(out)
+
+
+def list_units(module, pattern):
+    """The names of the loaded units that match ``pattern`` (`systemctl list-units --all`), [] when none."""
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        raise SystemctlError("systemctl is not installed")
+    rc, out, err = module.run_command([systemctl, "list-units", "--all", "--plain", "--no-legend", pattern],
+                                      environ_update=C_LOCALE)
+    if rc != 0:
+        raise SystemctlError("systemctl list-units %s failed (rc %d): %s" % (pattern, rc, err.strip()))
+    return [line.split()[0] for line in out.splitlines() if line.strip()]

@@ -7,12 +7,15 @@
   with ``$LLMSERVE_KV_ARGS``), and the unit's entry in ``/etc/ansible/facts.d/sglang_kv.fact`` says what proved it;
 - a trial: ``/run/systemd/system/<unit>.d/90-kv-trial.conf`` (runtime only, gone at reboot, sorts after the pin)
   with ``Restart=no`` (a trial that fails stays down to be classified), guarded by a transient timer
-  ``llmserve-kv-revert-<unit>.timer`` that runs :data:`REVERT_SCRIPT` unless a commit stops it first.
+  ``llmserve-kv-revert-<run>-<unit>.timer`` that runs :data:`REVERT_SCRIPT` unless a commit stops it first;
+- the lock of a tuning run: ``/run/llmserve/kv-tune-<unit>.lock`` (JSON: the run, its controller, until when), so
+  that two runs never tune one unit at once; it lapses by itself after a controller that died.
 """
 from __future__ import annotations
 
 import json
 import re
+import time
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 
@@ -57,24 +60,94 @@ def check_value_text(text):
     return text
 
 
-def paths(unit):
-    """The pin drop-in, the trial drop-in and the revert timer's unit name (without suffix) of ``unit``."""
+LOCK_DIR = "/run/llmserve"
+REVERT_PREFIX = "llmserve-kv-revert-"
+_RUN_ID = re.compile(r"^[0-9a-f]{8}$")
+
+
+def check_run_id(run_id):
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise PinError("run_id must be 8 lower-case hex digits, got %r" % (run_id,))
+    return run_id
+
+
+def _stem(unit):
+    return unit[:-len(".service")].replace("@", "-")
+
+
+def paths(unit, run_id=None):
+    """The pin drop-in, the trial drop-in, the lock file and the revert timer's unit name (without suffix) of
+    ``unit``, the timer's for the run ``run_id`` (each run its own, so that one run never stops another's)."""
     check_unit(unit)
-    stem = unit[:-len(".service")]
+    stem = _stem(unit)
     return {
         "pin": "/etc/systemd/system/%s.d/50-kv-tune.conf" % unit,
         "trial": "/run/systemd/system/%s.d/90-kv-trial.conf" % unit,
-        "revert_unit": "llmserve-kv-revert-%s" % stem.replace("@", "-"),
+        "lock": "%s/kv-tune-%s.lock" % (LOCK_DIR, unit),
+        "revert_unit": REVERT_PREFIX + ("%s-%s" % (check_run_id(run_id), stem) if run_id else stem),
     }
 
 
-def dropin_text(unit, text, trial):
-    """The drop-in that sets LLMSERVE_KV_ARGS to ``--mem-fraction-static <text>``: the pin, or a trial."""
+def is_revert_timer(name, unit):
+    """Whether the systemd unit ``name`` is a revert timer of ``unit``'s trials (any run's, or one armed before
+    runs had their own)."""
+    stem = _stem(check_unit(unit))
+    if not name.startswith(REVERT_PREFIX) or not name.endswith(".timer"):
+        return False
+    rest = name[len(REVERT_PREFIX):-len(".timer")]
+    return rest == stem or (len(rest) > 9 and _RUN_ID.match(rest[:8]) is not None and rest[8] == "-"
+                            and rest[9:] == stem)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The lock of a run
+# --------------------------------------------------------------------------------------------------------------
+
+def lock_text(run_id, controller, now, lease_s):
+    """The lock file of run ``run_id`` from ``controller`` (who: host and pid), valid ``lease_s`` seconds from
+    ``now`` (epoch seconds); each step of the run renews it."""
+    return json.dumps({"run_id": check_run_id(run_id), "controller": str(controller), "renewed": int(now),
+                       "expires": int(now + lease_s)}, sort_keys=True) + "\n"
+
+
+def lock_holder(text, now, run_id=None):
+    """(state, the lock as data): ``free`` (no lock, or one that lapsed: its controller died), ``ours`` (held by
+    ``run_id``) or ``held`` (another live run). A lock file that cannot be read is ``free``: it protects
+    nothing."""
+    if not text:
+        return "free", None
+    try:
+        lock = json.loads(text)
+        expires = float(lock["expires"])
+    except (ValueError, KeyError, TypeError):
+        return "free", None
+    if run_id is not None and lock.get("run_id") == run_id:
+        return "ours", lock
+    return ("free" if expires <= now else "held"), lock
+
+
+def lock_message(unit, lock, path):
+    return ("%s is being tuned by run %s from %s (lock %s, renewed at %s, until %s UTC): nothing was done. If that "
+            "run is gone, its host reverts any trial by itself; wait until then, or remove the lock."
+            % (unit, lock.get("run_id"), lock.get("controller"), path, _utc(lock.get("renewed")),
+               _utc(lock.get("expires"))))
+
+
+def _utc(epoch):
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(float(epoch)))
+    except (TypeError, ValueError):
+        return "?"
+
+
+def dropin_text(unit, text, trial, run_id=None):
+    """The drop-in that sets LLMSERVE_KV_ARGS to ``--mem-fraction-static <text>``: the pin, or a trial of run
+    ``run_id``."""
     check_value_text(text)
     if trial:
         head = ("# llmserve.sglang.kv_tune: UNCONFIRMED trial of --mem-fraction-static %s. Runtime only: gone at\n"
                 "# reboot. Unless the controller confirms it, %s.timer removes this file and\n"
-                "# restarts %s on its last-known-good value.\n" % (text, paths(unit)["revert_unit"], unit))
+                "# restarts %s on its last-known-good value.\n" % (text, paths(unit, run_id)["revert_unit"], unit))
     else:
         head = ("# llmserve.sglang.kv_tune: the pinned --mem-fraction-static of %s, proved stable under a load that\n"
                 "# fills the KV pool. Details: %s.\n" % (unit, FACT_PATH))
@@ -84,21 +157,40 @@ def dropin_text(unit, text, trial):
     return head + body
 
 
-def read_facts(text):
-    """The fact file's JSON (a dict of unit -> entry); {} for no file. Anything else is an error, not a reset."""
+def read_facts(text, path=FACT_PATH):
+    """The fact file's JSON (a dict of unit -> entry); {} for no file. Anything else is an error (PinError): the
+    caller decides what to do with a broken file (kv_trial moves it aside before it writes a new one)."""
     if text is None or not text.strip():
         return {}
     try:
         facts = json.loads(text)
     except ValueError as exc:
-        raise PinError("%s is not JSON (%s): fix or remove it" % (FACT_PATH, exc)) from None
+        raise PinError("%s is not JSON (%s): fix or remove it" % (path, exc)) from None
     if not isinstance(facts, dict):
-        raise PinError("%s holds a %s, not a dict of units" % (FACT_PATH, type(facts).__name__))
+        raise PinError("%s holds a %s, not a dict of units" % (path, type(facts).__name__))
     return facts
 
 
+def check_entry(entry):
+    """What is wrong with a unit's entry in the fact file (hand-edited, truncated) for the tuner to rely on, or
+    None."""
+    if not isinstance(entry, dict):
+        return "its entry is a %s, not a mapping" % type(entry).__name__
+    value = entry.get("mem_fraction_static")
+    if not checks.is_number(value) or not 0 < value < 1:
+        return "its mem_fraction_static %r is not a number in (0, 1)" % (value,)
+    digest = entry.get("fingerprint_hash")
+    if not isinstance(digest, str) or not re.match(r"^[0-9a-f]{64}$", digest):
+        return "its fingerprint_hash %r is not a sha256" % (digest,)
+    return None
+
+
 def facts_text(current_text, unit, entry):
-    """The fact file with ``unit``'s entry set to ``entry`` (the other units' entries kept), as written."""
+    """The fact file with ``unit``'s entry set to ``entry`` (None: removed; the other units' entries kept), as
+    written."""
     facts = read_facts(current_text)
-    facts[check_unit(unit)] = entry
+    if entry is None:
+        facts.pop(check_unit(unit), None)
+    else:
+        facts[check_unit(unit)] = entry
     return json.dumps(facts, indent=2, sort_keys=True) + "\n"

@@ -38,8 +38,9 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_
 
 # Outcomes of a trial, by the phase in which it ended (kv_tune.classify_trial decides them):
 # init_oom (no KV pool: f too low), startup_oom (after the pool, before the first answer: capture, warm-up),
-# runtime_oom (under load), timeout (never answered), crash (anything else), stable (held the load).
-OUTCOMES = ("stable", "init_oom", "startup_oom", "runtime_oom", "timeout", "crash")
+# runtime_oom (under load), timeout (never answered), crash (died with little memory free), stable (held the load),
+# fatal (a failure that is not about memory: no value of f can fix it, the search ends).
+OUTCOMES = ("stable", "init_oom", "startup_oom", "runtime_oom", "timeout", "crash", "fatal")
 TOO_HIGH = ("startup_oom", "runtime_oom", "timeout", "crash")
 DEFAULT_CAP = 0.98
 DEFAULT_RESOLUTION = 0.005
@@ -251,12 +252,13 @@ def _learn(state, trial):
     res = state["resolution"]
     if trial["growth"] is not None:
         state["growth"] = trial["growth"]
+    if trial["pre_load_free_gib"] and trial["post_load_free_gib"]:
+        # The formula's exact minimum from this boot's own P and A (where the budget turns positive): no value below
+        # it can start, whatever failed.
+        state["floor"] = max(state["floor"], grid_up(1 - trial["post_load_free_gib"] / trial["pre_load_free_gib"]
+                                                     + TOLERANCE, res))
     if trial["outcome"] == "init_oom":
-        floor = grid_up(trial["f"] + res, res)
-        if trial["pre_load_free_gib"] and trial["post_load_free_gib"]:
-            # The formula's exact minimum from this boot's own P and A (where the budget turns positive).
-            floor = max(floor, grid_up(1 - trial["post_load_free_gib"] / trial["pre_load_free_gib"] + TOLERANCE, res))
-        state["floor"] = max(state["floor"], floor)
+        state["floor"] = max(state["floor"], grid_up(trial["f"] + res, res))
     elif trial["outcome"] in TOO_HIGH:
         state["ceiling"] = trial["f"] if state["ceiling"] is None else min(state["ceiling"], trial["f"])
     elif trial["min_free_gib"] >= state["safety_gib"]:
@@ -272,6 +274,9 @@ def record(state, trial):
         raise KvSearchError("the search is finished (%s); no more trials to record" % state.get("reason"))
     trial = _check_trial(trial)
     state["trials"].append(trial)
+    if trial["outcome"] == "fatal":
+        trial["predicted"] = None
+        return _finish(state, "a failure that is not about memory: no value of --mem-fraction-static fixes it")
     _learn(state, trial)
     predicted = _predict(state, trial)
     trial["predicted"] = predicted

@@ -24,13 +24,18 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_base, kv_capacity_report, kv_cell, kv_search, kv_shape
+from ansible_collections.llmserve.sglang.plugins.module_utils import (
+    checks, kv_base, kv_capacity_report, kv_cell, kv_defaults, kv_pin, kv_search, kv_shape)
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import fingerprint_diff
 
 # The trial records written into the host's fact (the report keeps every field).
 FACT_TRIAL_KEYS = ("n", "f", "text", "outcome", "restart", "tokens", "min_free_gib")
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9_.@-]+\.service$")
 _OOM_KINDS = ("capture_oom", "runtime_oom")
+# Failures that no value of f can fix: the search ends on them instead of lowering f.
+_FATAL_KINDS = ("unbalanced_memory", "nccl_error", "weights_oom")
+# SGLang refuses to start when a rank has less than 90% of the most free memory (get_available_gpu_memory).
+BALANCE = 0.9
 
 
 class TuneError(checks.InvalidInput):
@@ -97,11 +102,13 @@ def check_settings(raw):
 # Is there anything to do
 # --------------------------------------------------------------------------------------------------------------
 
-def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False):
+def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False, pin_error=None):
     """Why the unit must be tuned, or None when its pin still holds: same fingerprint hash and the server runs the
     pinned value."""
     if force:
         return "kv_tune_force"
+    if pin_error:
+        return pin_error
     if not pin:
         return "never tuned"
     if pin.get("fingerprint_hash") != fingerprint_hash:
@@ -113,32 +120,116 @@ def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False
     return None
 
 
-def plan_start(info, host, unit, force=False, check_mode=False):
-    """What to do with a unit before any search, from kv_fingerprint's result ``info``:
+def gpu_imbalance(gpu_memory):
+    """Why SGLang would refuse to start on these GPUs ("The memory capacity is unbalanced"), with the numbers, or
+    None. ``gpu_memory`` is kv_fingerprint's: the unit's GPUs are those its processes use (all when it runs on none);
+    what other processes hold stays taken when the unit starts again."""
+    gpus = [gpu for gpu in gpu_memory or [] if gpu.get("total_bytes")]
+    mine = [gpu for gpu in gpus if gpu.get("server_bytes")] or gpus
+    if len(mine) < 2:
+        return None
+    free = {gpu["index"]: gpu["total_bytes"] - gpu["reserved_bytes"] - gpu["other_bytes"] for gpu in mine}
+    most = max(free.values())
+    short = [gpu for gpu in mine if free[gpu["index"]] < BALANCE * most]
+    if not short:
+        return None
+    held = "; ".join("GPU %d: %.1f GiB held by %s" % (
+        gpu["index"], gpu["other_bytes"] / 2.0 ** 30,
+        ", ".join("pid %s (%s)" % (proc["pid"], proc.get("name") or "?") for proc in gpu["other_processes"])
+        or "other processes") for gpu in short)
+    return ("the GPUs are unbalanced for SGLang: %s, so that GPU has %.1f GiB where another has %.1f GiB (SGLang "
+            "refuses less than %d%% of the most). Free those GPUs first; nothing was restarted, the server keeps "
+            "running" % (held, min(free[gpu["index"]] for gpu in short) / 2.0 ** 30, most / 2.0 ** 30,
+                         BALANCE * 100))
 
-    - ``{"do": "refuse", "msg"}``: its ExecStart does not take the tuner's value; nothing happens;
+
+def plan_start(info, host, unit, force=False, check_mode=False, run_id=None):
+    """What to do with a unit before any search, from kv_fingerprint's result ``info``, in this order:
+
+    - ``{"do": "refuse", "msg"}``: its ExecStart does not take the tuner's value, another live run holds its lock, or
+      its GPUs are too unbalanced for SGLang to start again; nothing happens;
+    - ``{"do": "restart", "why"}``: what is on disk (SGLang, a model's config) is newer than the running server:
+      restart it on its last-known-good value first, so that the fingerprint describes what runs; ask again after;
     - ``{"do": "revert", "why"}``: a trial of an earlier run is pending, or the unit is stopped: back to its
-      last-known-good value first, then ask again with the new fingerprint;
+      last-known-good value first, then ask again;
+    - ``{"do": "disarm", "why"}``: revert timers of an earlier run are armed without a trial (they would restart a
+      healthy server later): stop them, then ask again;
     - ``{"do": "report", "status", "why", "line"}``: nothing to do (``unchanged``), or check mode (``would_tune``);
-    - ``{"do": "tune", "why", "dry_run", "line"}``: tune, or (``dry_run``, check mode) say that it would."""
+    - ``{"do": "tune", "why", "dry_run", "line"}``: tune, or (``dry_run``, check mode) say that it would.
+
+    Every step but ``report`` and ``refuse`` changes the host: the caller (run ``run_id``) takes the unit's lock first;
+    its own lock is no reason to refuse."""
     if not info["takes_kv_args"]:
         return {"do": "refuse", "msg": (
             "%s cannot be tuned: its ExecStart does not end with $LLMSERVE_KV_ARGS, so the tuner's drop-ins would not "
             "change --mem-fraction-static (render the unit with the llmserve.sglang.sglang_service role). Nothing "
             "was restarted." % unit)}
-    if info["trial_pending"] or not info["running"]:
-        why = "a trial of an earlier run was never confirmed" if info["trial_pending"] else "%s was not running" % unit
+    lock = info.get("lock") or {}
+    if lock.get("live") and lock.get("run_id") != run_id:
+        return {"do": "refuse", "msg": kv_pin.lock_message(unit, lock, kv_pin.paths(unit)["lock"])}
+    first = None
+    if info.get("stale") and info["running"]:
+        first = {"do": "restart", "why": "what is on disk is newer than the running server (%s): restarting it on its "
+                                         "last-known-good value first" % "; ".join(info["stale"])}
+    elif info["trial_pending"] or not info["running"]:
+        first = {"do": "revert", "why": "a trial of an earlier run was never confirmed" if info["trial_pending"]
+                 else "%s was not running" % unit}
+    elif info.get("revert_timers"):
+        first = {"do": "disarm", "why": "revert timers of an earlier run are armed without a trial (%s)"
+                                        % ", ".join(info["revert_timers"])}
+    if first is not None:
+        if first["do"] != "disarm":
+            imbalance = gpu_imbalance(info.get("gpu_memory"))
+            if imbalance:
+                return {"do": "refuse", "msg": "%s: %s." % (unit, imbalance)}
         if check_mode:
-            return {"do": "report", "status": "would_tune", "why": "not serving its last-known-good value",
-                    "line": "%s: %s would first return to its last-known-good value (%s); check mode restarts nothing."
-                            % (host, unit, why)}
-        return {"do": "revert", "why": why}
+            return {"do": "report", "status": "would_tune", "why": first["why"],
+                    "line": "%s: %s: %s; check mode changes nothing." % (host, unit, first["why"])}
+        return first
     reason = retune_reason(info["pin"], info["fingerprint"], info["fingerprint_hash"], info["mem_fraction_static"],
-                           force)
+                           force, info.get("pin_error"))
     if reason is None:
         return {"do": "report", "status": "unchanged", "why": None, "line": unchanged_line(host, unit, info["pin"])}
+    imbalance = gpu_imbalance(info.get("gpu_memory"))
+    if imbalance and not check_mode:
+        return {"do": "refuse", "msg": "%s would be tuned (%s), but %s." % (unit, reason, imbalance)}
     return {"do": "tune", "why": reason, "dry_run": bool(check_mode),
             "line": "%s: %s would be tuned (%s); check mode restarts nothing." % (host, unit, reason)}
+
+
+def failed_start(boot, unit, value_text):
+    """Whether a last-known-good value that did not come back can be tuned away (None) or ends the run (the message):
+    an out-of-memory at start (the KV budget, graph capture, warm-up) can, any other failure cannot."""
+    failure = (boot or {}).get("failure") or {}
+    if failure.get("kind") in ("init_oom",) + _OOM_KINDS:
+        return None
+    return ("%s does not start on its last-known-good value %s (%s: %s)%s. A value of --mem-fraction-static will not "
+            "fix that; the unit is left as it is for an operator to see"
+            % (unit, value_text, failure.get("kind") or "no classified failure", failure.get("line") or "see its journal",
+               (" -- " + failure["advice"]) if failure.get("advice") else ""))
+
+
+def safe_start(boot, fingerprint, model, settings):
+    """Where to start when the last-known-good value no longer starts: SGLang's own default for these GPUs and
+    arguments, kept above the formula's minimum of the failed boot (P and A) and at or below the cap, on the grid."""
+    args = (fingerprint or {}).get("server_args") or {}
+    gpu = (fingerprint or {}).get("gpu") or {}
+    try:
+        start = kv_defaults.default_mem_fraction_static(
+            gpu.get("memory_total_mib"), args.get("tp_size") or 1, pp_size=args.get("pp_size") or 1,
+            dp_size=args.get("dp_size") or 1, enable_dp_attention=bool(args.get("enable_dp_attention")),
+            chunked_prefill_size=args.get("chunked_prefill_size"),
+            max_prefill_tokens=args.get("max_prefill_tokens") or 16384, cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
+            cuda_graph_bs=args.get("cuda_graph_bs"), speculative_algorithm=args.get("speculative_algorithm"),
+            max_running_requests=args.get("max_running_requests"), max_total_tokens=args.get("max_total_tokens"),
+            sglang_version=((fingerprint or {}).get("versions") or {}).get("sglang"))
+    except kv_base.KvModelError as exc:
+        raise TuneError("no safe value to start from: %s" % exc) from None
+    res = settings["resolution"]
+    low = lower_bound(boot, model)
+    if low is not None:
+        start = max(start, low + 2 * res)
+    return min(kv_search.grid_down(start, res), kv_search.grid_down(settings["cap"], res))
 
 
 def unchanged_line(host, unit, pin):
@@ -187,24 +278,33 @@ def lower_bound(boot, model, min_tokens=None):
 # One trial
 # --------------------------------------------------------------------------------------------------------------
 
-def classify_trial(ready, stress, boot):
+def classify_trial(ready, stress, boot, not_memory_gib=None):
     """(outcome, why) of a trial from its readiness wait, its load (None when it never answered) and the startup
     facts of its boot. The phase decides an out-of-memory: before the KV pool (init_oom: f too low), after it but
-    before the first answer (startup_oom: graphs, warm-up), under the load (runtime_oom)."""
+    before the first answer (startup_oom: graphs, warm-up), under the load (runtime_oom). A failure that is not about
+    memory is ``fatal``: an unbalanced GPU, NCCL, the weights not fitting, an exception at start, or a crash under
+    the load while ``not_memory_gib`` or more stayed free."""
     boot = boot or {}
     failure = boot.get("failure") or {}
     kind = failure.get("kind")
+    if kind in _FATAL_KINDS:
+        return "fatal", "%s: %s" % (kind, failure.get("line"))
     if ready.get("ready"):
         if stress and stress.get("held"):
             return "stable", None
         why = (stress or {}).get("failure_reason") or failure.get("line") or "the load did not hold"
-        return ("runtime_oom" if kind in _OOM_KINDS else "crash"), why
+        if kind in _OOM_KINDS:
+            return "runtime_oom", why
+        free = (stress or {}).get("min_free_gib")
+        if not_memory_gib is not None and free is not None and free >= not_memory_gib:
+            return "fatal", "%s, with %.1f GiB still free: not a lack of memory" % (why, free)
+        return "crash", why
     if kind == "init_oom":
         return "init_oom", failure.get("line")
     if kind in _OOM_KINDS:
         return "startup_oom", failure.get("line")
     if kind is not None:
-        return "crash", failure.get("line")
+        return "fatal", "%s: %s" % (kind, failure.get("line"))
     if ready.get("reason") == "timeout":
         return "timeout", "timeout: %s" % ready.get("detail")
     return "crash", "%s: %s" % (ready.get("reason"), ready.get("detail"))
@@ -250,10 +350,14 @@ class Tuner(object):
     """The search of one unit, from the decision to tune to the pin. Feed :meth:`advance` the observation of the
     step it returned last (see the module docstring for the steps and :meth:`advance` for the observations)."""
 
-    def __init__(self, host, settings, reason, running_value, boot, fingerprint, fingerprint_hash, lower_bound=None):
+    def __init__(self, host, settings, reason, running_value, boot, fingerprint, fingerprint_hash, lower_bound=None,
+                 invocation_id=None, start=None):
         """``running_value``: the --mem-fraction-static the server runs now (its command line, else the startup
-        log's); ``boot``: the startup facts of the running server; ``lower_bound``: the formula's lowest viable value
-        (None: anything that starts), the caller's from the model and the boot."""
+        log's), its last-known-good value; ``boot``: the startup facts of the running server (of the failed start,
+        when the last-known-good value no longer starts); ``lower_bound``: the formula's lowest viable value (None:
+        anything that starts), the caller's from the model and the boot; ``invocation_id``: the start of the running
+        server (a measurement in place must be of that start); ``start``: where to start when not kv_tune_start or
+        the running value (the last-known-good value no longer starts: a safe start)."""
         self.host = host
         self.s = settings
         self.reason = reason
@@ -264,13 +368,21 @@ class Tuner(object):
         self.before = {"mem_fraction_static": running_value, "tokens": self.boot.get("max_total_num_tokens"),
                        "text": None if running_value is None else _text(running_value, settings["resolution"])}
         self.lkg = running_value            # the value the host returns to: running at the start, then each commit
-        self.start = settings["start"] if settings["start"] is not None else running_value
+        self.invocation_id = invocation_id
+        self.start = settings["start"] if settings["start"] is not None else (
+            start if start is not None else running_value)
         if self.start is None:
             raise TuneError("%s: cannot start the search: the server's command line has no --mem-fraction-static and "
                             "its startup log does not say it; set kv_tune_start. Nothing was restarted." % host)
         if self.start > settings["cap"] + kv_search.TOLERANCE:
-            raise TuneError("%s: cannot start the search at %s (cap %s): set kv_tune_start, or a cap at or above the "
-                            "current value. Nothing was restarted." % (host, self.text(self.start), settings["cap"]))
+            raise TuneError("%s: kv_tune_cap (%s) is below the value %s runs (%s): raise kv_tune_cap, or give "
+                            "kv_tune_start at or below it. Nothing was restarted."
+                            % (host, settings["cap"], settings["unit"], self.text(self.start)))
+        after_weights = self.boot.get("post_load_free_gib")
+        if after_weights is not None and settings["safety_gib"] >= after_weights:
+            raise TuneError("%s: kv_tune_safety_gib (%s GiB) is not below the memory left after the weights load (%.2f "
+                            "GiB per GPU): no value of --mem-fraction-static can keep that much free. Nothing was "
+                            "restarted." % (host, settings["safety_gib"], after_weights))
         self.state = None                   # kv_search's, from the first boot that says P
         self.trials = []
         self.restarts = 0
@@ -287,6 +399,7 @@ class Tuner(object):
 
     def first_step(self):
         in_place = (kv_search.same_value(self.start, self.before["mem_fraction_static"] or 0)
+                    and self.invocation_id is not None
                     and self.boot.get("pre_load_free_gib") and self.boot.get("post_load_free_gib"))
         return self._go({"do": "trial", "n": 1, "value": self.start, "text": self.text(self.start),
                          "restart": not in_place})
@@ -294,8 +407,8 @@ class Tuner(object):
     def advance(self, observation):
         """The next step after the observation of the current one:
 
-        - trial: ``{"ready": sglang_ready's result, "stress": kv_stress's or None, "boot": sglang_startup_facts',
-          "running": kv_fingerprint's or None}``;
+        - trial: ``{"started": kv_trial's result (None in place), "ready": sglang_ready's result, "stress":
+          kv_stress's or None, "boot": sglang_startup_facts', "running": kv_fingerprint's or None}``;
         - commit and pin: ``{}``;
         - revert: ``{"ready": .., "running": ..}``."""
         done = self.step["do"]
@@ -315,12 +428,19 @@ class Tuner(object):
             self.restarts += 1
         return step
 
+    def _not_memory_gib(self, boot):
+        """Free GiB under load above which a crash is not a lack of memory: a tenth of the memory before the
+        weights, at least four margins."""
+        p = boot.get("pre_load_free_gib") or self.boot.get("pre_load_free_gib")
+        return max(4 * self.s["safety_gib"], 0.1 * p) if p else None
+
     def _after_trial(self, obs):
         step, boot = self.step, obs.get("boot") or {}
-        outcome, why = classify_trial(obs.get("ready") or {}, obs.get("stress"), boot)
+        outcome, why = classify_trial(obs.get("ready") or {}, obs.get("stress"), boot, self._not_memory_gib(boot))
         running = obs.get("running") or {}
-        error = readback_error(step["text"], running.get("mem_fraction_static"),
-                               (boot.get("server_args") or {}).get("mem_fraction_static"))
+        # Which start answered first (a revert by the host's timer explains a wrong value too), then the value.
+        error = self._identity_error(step, obs) or readback_error(
+            step["text"], running.get("mem_fraction_static"), (boot.get("server_args") or {}).get("mem_fraction_static"))
         if error is None and running and running.get("fingerprint_hash") not in (None, self.fingerprint_hash):
             error = ("the memory picture changed during the search (%s): start again once the host is settled"
                      % ", ".join(fingerprint_diff(self.fingerprint, running.get("fingerprint") or {})))
@@ -343,6 +463,18 @@ class Tuner(object):
             self.lkg = step["value"]
             return self._go({"do": "commit", "value": step["value"], "text": step["text"]})
         return self._next_trial_or_end()
+
+    def _identity_error(self, step, obs):
+        """Why the server that answered and held the load is not the start this trial made (a revert by the host's
+        timer, a restart by anyone), or None."""
+        wanted = ((obs.get("started") or {}).get("invocation_id") if step["restart"] else self.invocation_id)
+        seen = [(where, (obs.get(key) or {}).get("invocation_id")) for where, key in (
+            ("the server that answered is", "ready"), ("the unit now runs", "running"))]
+        wrong = ["%s start %s" % (where, value) for where, value in seen if value is not None and value != wanted]
+        if not wrong or wanted is None:
+            return None
+        return ("this trial started %s, but %s: the host reverted it, or something restarted it, so the measurements "
+                "are not this value's" % (wanted, " and ".join(wrong)))
 
     def _start_search(self, boot):
         p = boot.get("pre_load_free_gib") or self.boot.get("pre_load_free_gib")
@@ -399,6 +531,11 @@ class Tuner(object):
         return self._done()
 
     def _done(self):
+        fatal = [t for t in self.trials if t["outcome"] == "fatal"]
+        if self.error is None and fatal:
+            self.error = ("%s at %s is not about memory, so no value of --mem-fraction-static fixes it; %s serves %s"
+                          % (fatal[-1]["why"], fatal[-1]["text"], self.s["unit"],
+                             self.text(self.lkg) if self.lkg else "its base value"))
         if self.error is not None:
             status, msg = "failed", "%s: %s. Nothing was pinned by this trial." % (self.host, self.error)
         elif self.best is None:
@@ -542,6 +679,8 @@ def summary_rows(outcomes):
                          "after": result["after"]["mem_fraction_static"], "tokens_before": result["before"]["tokens"],
                          "tokens_after": result["after"]["tokens"], "restarts": result["restarts"],
                          "tuned_at": result["time"], "line": result_line(result)})
+        elif status in ("reset", "would_reset"):
+            rows.append({"host": host, "status": status, "line": res.get("line")})
         elif status == "would_tune":
             rows.append({"host": host, "status": "would be tuned (check mode)", "why": res.get("why"),
                          "line": "%s: would be tuned (%s)" % (host, res.get("why"))})

@@ -14,23 +14,31 @@ description:
   - Reads what the SGLang server of a systemd unit really runs, the command line of its main process
     (C(/proc/<MainPID>/cmdline)), and from it the server arguments, the model path and the current
     C(--mem-fraction-static).
-  - Reads the SGLang version from the server's own interpreter (C(import sglang; sglang.__version__)), the
-    C(config.json) of the model directory, and the GPUs with the driver and CUDA versions (NVML, else
-    nvidia-smi, as M(llmserve.sglang.gpu_info)).
+  - Reads the SGLang version from the installed distribution's metadata (C(sglang-*.dist-info/METADATA)) in the
+    virtualenv that the unit's ExecStart names, and only when root alone controls every directory and file on the
+    way. It never runs, imports or follows anything the server's user could have written.
+  - Reads the model's C(config.json) (and a speculative draft's) only as data, and only when the unit's user could
+    read it anyway; the GPUs with the driver and CUDA versions (NVML, else nvidia-smi, as
+    M(llmserve.sglang.gpu_info)), and which GPU memory belongs to other processes than the unit's.
+  - Says in RV(stale) when what is on disk is newer than the running server (SGLang or a model's C(config.json)
+    changed after it started), when the fingerprint describes the disk, not the process.
   - Returns the fingerprint the KV tuner pins a value under (GPU model, count and memory; driver, CUDA and SGLang
     versions; model path, sha256 of C(config.json) and revision; the memory-relevant server arguments) and its
     sha256. A pinned value stays valid while the hash is unchanged.
   - Reads the unit's pin (its entry in O(fact_path), written by the KV tuner) and says in RV(retune_reason) why
     it must be tuned again, or V(null) when the fingerprint hash and the running value are the pinned ones. This
     one call is the KV tuner's "nothing to do".
-  - Also says whether the unit can be tuned at all (RV(takes_kv_args)) and whether a trial of an earlier tuner run
-    was left unconfirmed (RV(trial_pending)).
-  - Fails, changing nothing, when the unit is not running (unless O(require_running=false)), its command line has
-    no C(--model-path), the model directory or its C(config.json) is missing, or the SGLang version or the GPUs
-    cannot be read.
+  - Also says whether the unit can be tuned at all (RV(takes_kv_args)), whether a trial of an earlier tuner run
+    was left unconfirmed (RV(trial_pending)), which revert timers are armed (RV(revert_timers)) and who holds the
+    unit's tuning lock (RV(lock)).
+  - A stopped unit (with O(require_running=false)) is fingerprinted from the command line it would start, its
+    ExecStart with its C(Environment=) expanded (RV(source=unit)).
+  - Fails, changing nothing, when the unit does not exist, is not running (unless O(require_running=false)), its
+    command line has no C(--model-path), the model directory or its C(config.json) is missing, or the SGLang version
+    or the GPUs cannot be read.
   - Secret arguments (C(--api-key), C(--admin-api-key), C(--ssl-keyfile-password)) are never returned.
 requirements:
-  - systemd on the managed host, and the right to read the server's C(/proc/<pid>/cmdline) (root).
+  - systemd on the managed host, and root (the server's C(/proc/<pid>/cmdline), its cgroup, the fact file).
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -92,6 +100,47 @@ trial_pending:
   returned: success
   type: bool
   sample: false
+revert_timers:
+  description: The unit's loaded revert timers (of a trial in progress, or left by a run that died).
+  returned: success
+  type: list
+  elements: str
+  sample: [llmserve-kv-revert-1f2e3d4c-sglang.timer]
+lock:
+  description: The unit's tuning lock (run, controller, until when) with C(live) (its run still holds it); V(null)
+    when there is none.
+  returned: success
+  type: dict
+  sample: {"run_id": "1f2e3d4c", "controller": "ops1 pid 4242", "expires": 1796114200, "live": true}
+stale:
+  description: What on disk is newer than the running server; empty when the disk is what runs.
+  returned: success
+  type: list
+  elements: str
+  sample: ["sglang 0.5.10 was installed at 2026-12-01T10:00:00Z, after the server started"]
+source:
+  description: Where the server arguments come from, V(process) (the running server's command line) or V(unit) (the
+    command line the stopped unit would start, from its ExecStart and Environment=); V(null) when neither is known.
+  returned: success
+  type: str
+  sample: process
+gpu_memory:
+  description: Per GPU, the memory that belongs to the unit's processes and to others (which the unit cannot use when
+    it starts again), in bytes; V(null) when there is no fingerprint.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"index": 3, "total_bytes": 102894051328, "reserved_bytes": 645922816, "server_bytes": 90000000000,
+            "other_bytes": 8589934592, "other_processes": [{"pid": 90003, "name": "/usr/bin/python3"}]}]
+fingerprint_error:
+  description: Why a stopped unit could not be fingerprinted (a running one fails instead).
+  returned: when the unit does not run and cannot be fingerprinted
+  type: str
+pin_error:
+  description: What is wrong with the fact file or the unit's entry in it, when it cannot be used; V(null) otherwise.
+  returned: success
+  type: str
+  sample: "/etc/ansible/facts.d/sglang_kv.fact is not JSON (Expecting value: line 1 column 1 (char 0))"
 pin:
   description: The unit's entry in O(fact_path) (the pinned value and what proved it); V(null) when never tuned.
   returned: success
@@ -152,8 +201,13 @@ model_config:
   returned: success
   type: str
   sample: /models/deepseek-v3/config.json
+sglang_metadata:
+  description: The metadata file the SGLang version was read from.
+  returned: when running
+  type: str
+  sample: /opt/sglang/venv/lib/python3.11/site-packages/sglang-0.5.9.dist-info/METADATA
 sglang_version:
-  description: The SGLang version of the server's interpreter.
+  description: The version of the C(sglang) distribution installed in the unit's virtualenv.
   returned: success
   type: str
   sample: 0.5.9
@@ -171,16 +225,21 @@ invocation_id:
 
 import json
 import os
+import pwd
+import shlex
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin, server_args as sa
+from ansible_collections.llmserve.sglang.plugins.module_utils import host_files, kv_pin, server_args as sa
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import FingerprintError, fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
-    C_LOCALE, SystemctlError, unit_properties)
+    C_LOCALE, SystemctlError, list_units, unit_properties)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import retune_reason
-_VERSION_SNIPPET = "import json, sglang; print(json.dumps(str(sglang.__version__)))"
+
+_UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart", "User",
+                    "ControlGroup", "Environment"]
 
 
 def read_argv(pid):
@@ -189,41 +248,146 @@ def read_argv(pid):
     return [word.decode("utf-8", "replace") for word in raw.split(b"\0") if word]
 
 
-def model_config_text(module, model_path):
-    """(path, text) of the model's config.json; (None, None) for a Hugging Face id (org/name, not on disk)."""
-    if os.path.isdir(model_path):
-        path = os.path.join(model_path, "config.json")
-        if not os.path.isfile(path):
-            module.fail_json(msg="the model directory %s has no config.json: the model is missing or incomplete "
-                                 "(nothing was restarted)" % model_path)
-        with open(path, "rb") as handle:
-            return path, handle.read()
-    if model_path.startswith(("/", ".", "~")) or os.path.exists(model_path):
-        module.fail_json(msg="the model path %s of the running server does not exist on the host: the model was "
-                             "moved or deleted, a restart would fail (nothing was restarted)" % model_path)
-    return None, None
+def exec_path(exec_start):
+    """The executable of systemd's ExecStart property (``{ path=/opt/sglang/venv/bin/python ; argv[]=... }``)."""
+    for part in exec_start.strip("{} ").split(" ; "):
+        if part.startswith("path="):
+            return part[len("path="):]
+    return None
 
 
-def sglang_version(module, python):
-    rc, out, err = module.run_command([python, "-c", _VERSION_SNIPPET], environ_update=C_LOCALE)
-    if rc != 0:
-        module.fail_json(msg="cannot read the SGLang version with the server's interpreter %s (rc %d): %s"
-                             % (python, rc, (err or out).strip()[-500:]))
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        module.fail_json(msg="the server's interpreter %s printed no SGLang version: %r" % (python, out[-200:]))
-
-
-def read_pin(module, fact_path, unit):
-    """The unit's entry in the tuner's fact file, or None."""
-    try:
-        with open(fact_path, encoding="utf-8") as handle:
-            return kv_pin.read_facts(handle.read()).get(unit)
-    except FileNotFoundError:
+def configured_argv(exec_start, environment):
+    """The command line the unit would start (its ExecStart's argv, $NAME and ${NAME} expanded from its
+    Environment=; a variable it does not set, such as a secret from an EnvironmentFile, stays as written), for a
+    unit that does not run. Words are split as systemd prints them: a word with a space in it is not supported."""
+    text = exec_start or ""
+    if "argv[]=" not in text:
         return None
-    except (OSError, kv_pin.PinError) as exc:
-        module.fail_json(msg="cannot read the KV pins in %s: %s" % (fact_path, exc))
+    words = text.split("argv[]=", 1)[1].split(" ; ", 1)[0].split()
+    env = dict(item.split("=", 1) for item in shlex.split(environment or "") if "=" in item)
+    argv = []
+    for word in words:
+        if word.startswith("$") and not word.startswith("${") and word[1:] in env:
+            argv.extend(env[word[1:]].split())
+        else:
+            for name, value in env.items():
+                word = word.replace("${%s}" % name, value)
+            argv.append(word)
+    return argv
+
+
+def service_user(name):
+    """(uid, gids) of the unit's User= (root when none)."""
+    try:
+        entry = pwd.getpwnam(name or "root")
+    except KeyError:
+        return None, set()
+    return entry.pw_uid, {entry.pw_gid} | set(os.getgrouplist(entry.pw_name, entry.pw_gid))
+
+
+class Unavailable(Exception):
+    """The server cannot be fingerprinted; the message says why (a failure for a running unit, a missing
+    fingerprint for a stopped one)."""
+
+
+class Fingerprint(object):
+    def __init__(self, module):
+        self.module = module
+        self.unit = module.params["unit"]
+        self.stale = []
+
+    def fail(self, msg):
+        raise Unavailable(msg)
+
+    def read_pin(self, fact_path):
+        """(the unit's entry in the tuner's fact file or None, what is wrong with it or None)."""
+        try:
+            with open(fact_path, encoding="utf-8") as handle:
+                entry = kv_pin.read_facts(handle.read(), fact_path).get(self.unit)
+        except FileNotFoundError:
+            return None, None
+        except (OSError, kv_pin.PinError) as exc:
+            return None, str(exc)
+        problem = kv_pin.check_entry(entry) if entry is not None else None
+        if problem:
+            return None, "the pin of %s in %s cannot be used: %s" % (self.unit, fact_path, problem)
+        return entry, None
+
+    def read_lock(self, path):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                state, lock = kv_pin.lock_holder(handle.read(), time.time())
+        except FileNotFoundError:
+            return None
+        return None if lock is None else dict(lock, live=state == "held")
+
+    def model_config(self, model_path, uid, gids, started, what="model"):
+        """(path, text) of a model's config.json, read as data the unit's user could read; (None, None) for a
+        Hugging Face id (org/name, not on disk)."""
+        if os.path.isdir(model_path):
+            path = os.path.join(model_path, "config.json")
+            if not os.path.isfile(path):
+                self.fail("the %s directory %s has no config.json: the model is missing or incomplete (nothing was "
+                          "restarted)" % (what, model_path))
+            try:
+                data, info = host_files.read_as_user(path, uid, gids)
+            except OSError as exc:
+                self.fail("refusing to read the %s's config.json: %s (nothing was restarted)" % (what, exc))
+            if started is not None and info.st_mtime > started + 1:
+                self.stale.append("the %s's %s changed at %s, after the server started" % (what, path, _utc(info)))
+            return path, data
+        if model_path.startswith(("/", ".", "~")) or os.path.exists(model_path):
+            self.fail("the %s path %s of the running server does not exist on the host: the model was moved or "
+                      "deleted, a restart would fail (nothing was restarted)" % (what, model_path))
+        return None, None
+
+    def sglang_version(self, exec_start, started):
+        """The installed sglang's version, from the metadata of the venv that the unit file names."""
+        python = exec_path(exec_start or "")
+        if not python or not python.startswith("/"):
+            self.fail("cannot tell the virtualenv of %s from its ExecStart (%s)" % (self.unit, exec_start[:200]))
+        venv = os.path.dirname(os.path.dirname(python))
+        try:
+            found = host_files.installed_distribution(venv, "sglang")
+        except OSError as exc:
+            self.fail("refusing to read the SGLang version of %s: %s. The virtualenv must belong to root and be "
+                      "writable by root only (the server runs model code)" % (self.unit, exc))
+        if found is None:
+            self.fail("no sglang distribution is installed in %s, the virtualenv of %s's ExecStart" % (venv, self.unit))
+        if started is not None and found["stat"].st_mtime > started + 1:
+            self.stale.append("sglang %s was installed at %s, after the server started"
+                              % (found["version"], _utc(found["stat"])))
+        return found["version"], found["metadata"]
+
+    def server_pids(self, control_group, main_pid):
+        """The processes of the unit (its cgroup; the main process and its children when the cgroup is unreadable)."""
+        for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
+            try:
+                with open(root + control_group + "/cgroup.procs", encoding="ascii") as handle:
+                    pids = {int(line) for line in handle if line.strip()}
+                if pids:
+                    return pids
+            except (OSError, ValueError):
+                continue
+        return {main_pid}
+
+
+def _utc(info):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(info.st_mtime))
+
+
+def gpu_memory(gpus, server_pids):
+    """Per GPU: the unit's memory and the others' (bytes), and the other processes."""
+    out = []
+    for gpu in gpus:
+        others = [proc for proc in gpu.get("compute_processes") or [] if proc["pid"] not in server_pids]
+        mine = [proc for proc in gpu.get("compute_processes") or [] if proc["pid"] in server_pids]
+        out.append({"index": gpu["index"], "total_bytes": gpu.get("memory_total_bytes"),
+                    "reserved_bytes": gpu.get("memory_reserved_bytes") or 0,
+                    "server_bytes": sum(proc.get("used_memory_bytes") or 0 for proc in mine),
+                    "other_bytes": sum(proc.get("used_memory_bytes") or 0 for proc in others),
+                    "other_processes": [{"pid": proc["pid"], "name": proc.get("name")} for proc in others]})
+    return out
 
 
 def main() -> None:
@@ -239,38 +403,76 @@ def main() -> None:
         supports_check_mode=True,
     )
     unit = module.params["unit"]
+    fp_reader = Fingerprint(module)
     try:
         paths = kv_pin.paths(unit)
-        state = unit_properties(module, unit, ["MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart"])
+        state = unit_properties(module, unit, _UNIT_PROPERTIES)
+        timers = [name for name in list_units(module, kv_pin.REVERT_PREFIX + "*.timer")
+                  if kv_pin.is_revert_timer(name, unit)]
     except (SystemctlError, kv_pin.PinError) as exc:
         module.fail_json(msg=str(exc))
+    if state.get("LoadState") == "not-found":
+        module.fail_json(msg="%s does not exist on the host (systemd has no such unit): deploy it with "
+                             "playbooks/site.yml, or set kv_tune_unit" % unit)
     pid = int(state.get("MainPID") or 0)
+    pin, pin_error = fp_reader.read_pin(module.params["fact_path"])
     unit_facts = dict(
         changed=False, running=state.get("ActiveState") == "active" and pid > 0,
         takes_kv_args="$" + kv_pin.KV_ARGS_VARIABLE in (state.get("ExecStart") or ""),
-        trial_pending=os.path.lexists(paths["trial"]), pin=read_pin(module, module.params["fact_path"], unit),
-        main_pid=pid, invocation_id=state.get("InvocationID") or None)
+        trial_pending=os.path.lexists(paths["trial"]), revert_timers=timers, lock=fp_reader.read_lock(paths["lock"]),
+        pin=pin, pin_error=pin_error, main_pid=pid, invocation_id=state.get("InvocationID") or None)
     if not unit_facts["running"]:
         if module.params["require_running"]:
             module.fail_json(msg="%s is not running (ActiveState=%s, SubState=%s): start it before fingerprinting"
                                  % (unit, state.get("ActiveState"), state.get("SubState")))
+        # What the unit would start: its configuration, not a process.
+        argv, started = configured_argv(state.get("ExecStart"), state.get("Environment")), None
+        if not argv or "--model-path" not in argv:
+            module.exit_json(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
+                             api_key_set=None, url=None, model_path=None, model_config=None, config=None,
+                             sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, source=None,
+                             **unit_facts)
+    else:
+        try:
+            argv = read_argv(pid)
+            started = host_files.process_start_time(pid)
+        except (OSError, ValueError, IndexError, StopIteration) as exc:
+            module.fail_json(msg="cannot read the command line of %s (pid %d): %s" % (unit, pid, exc))
+    try:
+        found = describe(module, fp_reader, state, argv, started, pid if unit_facts["running"] else None)
+    except Unavailable as exc:
+        if unit_facts["running"]:
+            module.fail_json(msg=str(exc))
         module.exit_json(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
                          api_key_set=None, url=None, model_path=None, model_config=None, config=None,
-                         sglang_version=None, retune_reason=None, **unit_facts)
-    try:
-        argv = read_argv(pid)
-    except OSError as exc:
-        module.fail_json(msg="cannot read the command line of %s (pid %d): %s" % (unit, pid, exc))
+                         sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, source=None,
+                         fingerprint_error=str(exc), **unit_facts)
+    module.exit_json(retune_reason=retune_reason(pin, found["fingerprint"], found["fingerprint_hash"],
+                                                 found["mem_fraction_static"]),
+                     source="process" if unit_facts["running"] else "unit", **dict(found, **unit_facts))
+
+
+def describe(module, fp_reader, state, argv, started, pid):
+    """The fingerprint and the server facts of ``argv`` (the running process ``pid``'s, or the stopped unit's);
+    raises Unavailable."""
+    unit = fp_reader.unit
     args = sa.from_argv(argv)
     model_path = args.get("model_path")
     if not isinstance(model_path, str) or not model_path:
-        module.fail_json(msg="the command line of %s has no --model-path: %s" % (unit, " ".join(argv[:3])))
-    config_path, config_text = model_config_text(module, model_path)
+        raise Unavailable("the command line of %s has no --model-path: %s" % (unit, " ".join(argv[:3])))
+    uid, gids = service_user(state.get("User"))
+    if uid is None:
+        raise Unavailable("%s runs as User=%s, which does not exist on the host" % (unit, state.get("User")))
+    config_path, config_text = fp_reader.model_config(model_path, uid, gids, started)
+    draft_text = None
+    if isinstance(args.get("speculative_draft_model_path"), str) and args.get("speculative_algorithm"):
+        draft_text = fp_reader.model_config(args["speculative_draft_model_path"], uid, gids, started,
+                                            what="draft model")[1]
     try:
         config = json.loads(config_text) if config_text is not None else None
     except ValueError as exc:
-        module.fail_json(msg="the model's %s is not JSON: %s" % (config_path, exc))
-    version = sglang_version(module, argv[0])
+        raise Unavailable("the model's %s is not JSON: %s" % (config_path, exc)) from None
+    version, metadata = fp_reader.sglang_version(state.get("ExecStart"), started)
 
     def run_command(command):
         return module.run_command(command, environ_update=C_LOCALE)
@@ -279,16 +481,16 @@ def main() -> None:
         gpus = probe(run_command=run_command, nvidia_smi=module.params["nvidia_smi"], prefer=module.params["prefer"],
                      which=module.get_bin_path)
         fp = fingerprint(gpus["gpus"], gpus["driver_version"], gpus["cuda_driver_version"], version, model_path,
-                         config_text=config_text, model_revision=module.params["model_revision"], server_args=args)
+                         config_text=config_text, model_revision=module.params["model_revision"], server_args=args,
+                         draft_config_text=draft_text)
         mfs = sa.mem_fraction_static(args)
     except (GpuProbeError, FingerprintError, sa.ServerArgsError) as exc:
-        module.fail_json(msg="cannot fingerprint %s: %s" % (unit, exc))
-    digest = fingerprint_hash(fp)
-    module.exit_json(
-        fingerprint=fp, fingerprint_hash=digest, server_args=args, mem_fraction_static=mfs,
-        api_key_set=args.get("api_key") is not None, url=sa.probe_url(args), model_path=model_path,
-        model_config=config_path, config=config, sglang_version=version,
-        retune_reason=retune_reason(unit_facts["pin"], fp, digest, mfs), **unit_facts)
+        raise Unavailable("cannot fingerprint %s: %s" % (unit, exc)) from None
+    server_pids = fp_reader.server_pids(state.get("ControlGroup") or "", pid) if pid else set()
+    return dict(fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args, mem_fraction_static=mfs,
+                api_key_set=args.get("api_key") is not None, url=sa.probe_url(args), model_path=model_path,
+                model_config=config_path, config=config, sglang_version=version, sglang_metadata=metadata,
+                stale=fp_reader.stale, gpu_memory=gpu_memory(gpus["gpus"], server_pids))
 
 
 if __name__ == "__main__":

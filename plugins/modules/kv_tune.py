@@ -21,9 +21,16 @@ description:
     one restart (M(llmserve.sglang.kv_trial) - a runtime drop-in guarded by a revert timer on the host, then
     M(llmserve.sglang.sglang_ready) and the load), commits each new best as the host's last-known-good value, and
     ends on the best (the pinned drop-in and the unit's entry in C(/etc/ansible/facts.d/sglang_kv.fact)).
-  - After every restart the value is read back from the server's command line and its startup log; a server that
-    runs another value ends the search with RV(status=failed) and the host on its last-known-good value.
-  - Any error after a trial started reverts the host to its last-known-good value at once.
+  - After every restart the value is read back from the server's command line and its startup log, and the server
+    that answered and held the load must be the very start the trial made (its C(InvocationID)); otherwise the
+    search ends with RV(status=failed) and the host on its last-known-good value.
+  - Any error after a trial started reverts the host to its last-known-good value at once; so does a search whose
+    ansible-playbook was killed.
+  - One run at a time per unit, by a lock on the host (C(/run/llmserve/kv-tune-<unit>.lock)); a second run names the
+    holder and stops before any restart. Before the first restart it also stops when the unit's GPUs are too
+    unbalanced for SGLang (another process holding memory on one of them), restarts a server whose SGLang or model
+    changed on disk since it started, clears revert timers left without a trial, and, when the last-known-good value
+    no longer starts because of memory, tunes from a safe start (SGLang's default for these GPUs).
   - Prints a line per trial while it runs. A search that ends without a stable value, or fails, is a result
     (RV(status)), not a task failure, so that the caller can write the reports first; errors before anything
     changed (bad settings, a unit that cannot be tuned, a missing model) fail the task.
@@ -56,6 +63,11 @@ options:
     type: int
   force:
     description: Tune even when the pin holds.
+    type: bool
+    default: false
+  reset:
+    description: Remove the pin (drop-in and fact entry) instead of tuning; the unit restarts on the value of its base
+      unit file and must serve again.
     type: bool
     default: false
   model_revision:
@@ -124,7 +136,8 @@ EXAMPLES = r"""
 RETURN = r"""
 status:
   description: V(unchanged) (the pin holds), V(would_tune) (check mode), V(tuned), V(no_stable_value) (the host
-    serves its last-known-good value again) or V(failed) (the search stopped; see RV(msg)).
+    serves its last-known-good value again), V(failed) (the search stopped; see RV(msg)), V(reset) or
+    V(would_reset).
   returned: always
   type: str
   sample: tuned

@@ -39,6 +39,12 @@ options:
   unit:
     description: The systemd unit of the server, watched between polls.
     type: str
+  invocation_id:
+    description:
+      - With O(unit), the start of the unit to wait for (its C(InvocationID), as M(llmserve.sglang.kv_trial) returns
+        it after a restart). When the unit runs another start, from the first check on, the server is not ready
+        (RV(reason=unit_restarted)), since whatever answers is not that start.
+    type: str
   timeout:
     description: Seconds to wait in all.
     type: float
@@ -138,6 +144,7 @@ def main() -> None:
             url=dict(type="str", default="http://127.0.0.1:30000"),
             api_key=dict(type="str", no_log=True),
             unit=dict(type="str"),
+            invocation_id=dict(type="str"),
             timeout=dict(type="float", default=1800),
             interval=dict(type="float", default=2),
             check=dict(type="str", choices=["generate", "health_generate"], default="generate"),
@@ -150,6 +157,9 @@ def main() -> None:
     unit = params["unit"]
     start = time.monotonic()
     first = unit_state(module, unit) if unit else {}
+    if params["invocation_id"] and unit:
+        # The start to wait for, not whatever runs now: a start in between (a revert, anyone's restart) counts.
+        first["InvocationID"] = params["invocation_id"]
 
     def stop(ready, reason, detail, state=None):
         module.exit_json(changed=False, ready=ready, reason=reason, detail=detail,

@@ -28,14 +28,19 @@ def make_tuner(spec):
     settings = kv_tune.check_settings(dict(DEFAULT_SETTINGS, **spec.get("settings", {})))
     boot = spec.get("boot", dict(BOOT, server_args={"mem_fraction_static": spec["running_value"]}))
     return kv_tune.Tuner("h1", settings, spec.get("reason", "never tuned"), spec["running_value"], boot, FP, "H",
-                         lower_bound=spec.get("lower_bound"))
+                         lower_bound=spec.get("lower_bound"), invocation_id=spec.get("invocation_id", "I0"),
+                         start=spec.get("start"))
 
 
 def observation(raw, step):
     """The modules' results of a step, with the defaults the YAML leaves out (see its header)."""
     obs = copy.deepcopy(raw)
+    start = "I%d" % step.get("n", 0) if step.get("restart") else "I0"
     if step["do"] == "trial":
+        if step["restart"]:
+            obs.setdefault("started", {"invocation_id": start})
         obs.setdefault("ready", {"ready": True})
+        obs["ready"].setdefault("invocation_id", start)
         boot = dict(BOOT, server_args={"mem_fraction_static": step["value"]})
         boot.update(obs.get("boot") or {})
         obs["boot"] = boot
@@ -44,7 +49,7 @@ def observation(raw, step):
         obs["running"] = None
     elif step["do"] in ("trial", "revert"):
         obs["running"] = dict({"running": True, "mem_fraction_static": step.get("value"), "fingerprint_hash": "H",
-                               "fingerprint": FP}, **running)
+                               "fingerprint": FP, "invocation_id": start if step["do"] == "trial" else "R"}, **running)
     return obs
 
 
@@ -111,7 +116,7 @@ def test_settings_from_text():
 def test_a_start_without_a_value_or_above_the_cap_is_refused():
     with pytest.raises(kv_tune.TuneError, match="has no --mem-fraction-static"):
         make_tuner({"running_value": None, "boot": {}})
-    with pytest.raises(kv_tune.TuneError, match=r"cannot start the search at 0.990 \(cap 0.98\)"):
+    with pytest.raises(kv_tune.TuneError, match=r"kv_tune_cap \(0.98\) is below the value sglang.service runs \(0.990\)"):
         make_tuner({"running_value": 0.99})
 
 
@@ -159,12 +164,21 @@ def test_unchanged_line():
     ({"ready": False, "reason": "unit_failed"}, None, {"kind": "init_oom"}, "init_oom"),
     ({"ready": False, "reason": "unit_failed"}, None, {"kind": "runtime_oom"}, "startup_oom"),
     ({"ready": False, "reason": "unit_failed"}, None, {"kind": "capture_oom"}, "startup_oom"),
-    ({"ready": False, "reason": "unit_failed"}, None, {"kind": "weights_oom"}, "crash"),
+    ({"ready": False, "reason": "unit_failed"}, None, {"kind": "weights_oom"}, "fatal"),
+    ({"ready": False, "reason": "unit_failed"}, None, {"kind": "unbalanced_memory"}, "fatal"),
+    ({"ready": False, "reason": "unit_failed"}, None, {"kind": "crash"}, "fatal"),
+    ({"ready": True}, {"held": False}, {"kind": "nccl_error"}, "fatal"),
     ({"ready": False, "reason": "timeout"}, None, None, "timeout"),
     ({"ready": False, "reason": "unit_restarted"}, None, None, "crash"),
 ])
 def test_classify_trial_by_phase(ready, stress, failure, outcome):
     assert kv_tune.classify_trial(ready, stress, {"failure": failure})[0] == outcome
+
+
+@pytest.mark.parametrize("free, outcome", [(0.3, "crash"), (4.0, "crash"), (31.0, "fatal"), (None, "crash")])
+def test_a_crash_under_load_with_memory_to_spare_is_not_about_memory(free, outcome):
+    stress = {"held": False, "failure_reason": "the server stopped answering", "min_free_gib": free}
+    assert kv_tune.classify_trial({"ready": True}, stress, {}, not_memory_gib=8.0)[0] == outcome
 
 
 @pytest.mark.parametrize("text, argv, log, error", [
@@ -249,6 +263,81 @@ def test_plan_start(changes, force, check_mode, expected):
     if plan["do"] == "refuse":
         assert "cannot be tuned: its ExecStart does not end with $LLMSERVE_KV_ARGS" in plan["msg"]
     if check_mode:
-        assert "check mode restarts nothing" in plan["line"]
+        assert "check mode" in plan["line"]
     if plan.get("status") == "unchanged":
         assert plan["line"].endswith("fingerprint unchanged.")
+
+
+GIB = 2 ** 30
+
+
+def gpus(other_on_3=0, server=True):
+    return [{"index": i, "total_bytes": 96 * GIB, "reserved_bytes": GIB // 2, "server_bytes": 80 * GIB if server else 0,
+             "other_bytes": other_on_3 * GIB if i == 3 else 0,
+             "other_processes": [{"pid": 90003, "name": "/usr/bin/python3"}] if i == 3 and other_on_3 else []}
+            for i in range(8)]
+
+
+@pytest.mark.parametrize("memory, unbalanced", [
+    (gpus(), False), (gpus(other_on_3=8), False), (gpus(other_on_3=12), True), (gpus(other_on_3=12, server=False), True),
+    (gpus(other_on_3=12)[3:4], False), (None, False),
+])
+def test_gpu_imbalance(memory, unbalanced):
+    found = kv_tune.gpu_imbalance(memory)
+    assert (found is not None) == unbalanced, found
+    if unbalanced:
+        assert "GPU 3: 12.0 GiB held by pid 90003 (/usr/bin/python3)" in found and "nothing was restarted" in found
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"lock": {"run_id": "1f2e3d4c", "controller": "ops1 pid 7", "renewed": 0, "expires": 9e9, "live": True}},
+     {"do": "refuse"}),
+    ({"lock": {"run_id": "1f2e3d4c", "live": False}}, {"do": "report", "status": "unchanged"}),
+    ({"stale": ["sglang 0.5.10 was installed at T, after the server started"]}, {"do": "restart"}),
+    ({"revert_timers": ["llmserve-kv-revert-9a8b7c6d-sglang.timer"]}, {"do": "disarm"}),
+    ({"trial_pending": True, "gpu_memory": gpus(other_on_3=12)}, {"do": "refuse"}),
+    ({"pin": None, "gpu_memory": gpus(other_on_3=12)}, {"do": "refuse"}),
+    ({"revert_timers": ["x"], "gpu_memory": gpus(other_on_3=12)}, {"do": "disarm"}),
+    ({"pin": None, "pin_error": "the pin of sglang.service in F cannot be used: its mem_fraction_static 'a' is not a "
+                                "number in (0, 1)"}, {"do": "tune"}),
+])
+def test_plan_start_before_anything_restarts(changes, expected):
+    plan = kv_tune.plan_start(dict(INFO, **changes), "h1", "sglang.service")
+    assert {key: plan.get(key) for key in expected} == expected, plan
+    if "lock" in changes and plan["do"] == "refuse":
+        assert "is being tuned by run 1f2e3d4c from ops1 pid 7" in plan["msg"]
+    if "pin_error" in changes:
+        assert plan["why"].startswith("the pin of sglang.service")
+
+
+@pytest.mark.parametrize("failure, tunable", [
+    ({"kind": "init_oom", "line": "Not enough memory"}, True), ({"kind": "capture_oom", "line": "x"}, True),
+    ({"kind": "runtime_oom", "line": "x"}, True), ({"kind": "crash", "line": "ImportError: y"}, False),
+    ({"kind": "unbalanced_memory", "line": "z"}, False), (None, False),
+])
+def test_a_failed_last_known_good_start(failure, tunable):
+    message = kv_tune.failed_start({"failure": failure}, "sglang.service", "0.910")
+    assert (message is None) == tunable, message
+    if message:
+        assert "does not start on its last-known-good value 0.910" in message
+
+
+def test_safe_start_is_sglangs_default_above_the_formula_and_at_most_the_cap():
+    fp = {"gpu": {"memory_total_mib": 97887}, "versions": {"sglang": "0.5.9"}, "server_args": {"tp_size": 8}}
+    settings = kv_tune.check_settings(DEFAULT_SETTINGS)
+    start = kv_tune.safe_start(BOOT, fp, None, settings)
+    assert 0.77 < start < 0.98 and kv_tune.kv_search.on_grid(start, 0.005)
+    assert kv_tune.safe_start({"pre_load_free_gib": 94.04, "post_load_free_gib": 2.0}, fp, None, settings) >= 0.98 - 1e-9
+    low_cap = kv_tune.check_settings(dict(DEFAULT_SETTINGS, cap=0.8))
+    assert kv_tune.safe_start(BOOT, fp, None, low_cap) == 0.8
+
+
+def test_a_margin_larger_than_the_memory_after_the_weights_is_refused():
+    with pytest.raises(kv_tune.TuneError, match=r"kv_tune_safety_gib \(30.0 GiB\) is not below the memory left after"):
+        make_tuner({"running_value": 0.88, "settings": {"safety_gib": 30.0}})
+
+
+def test_a_runs_own_lock_is_no_reason_to_refuse():
+    info = dict(INFO, lock={"run_id": "1f2e3d4c", "live": True}, pin=None)
+    assert kv_tune.plan_start(info, "h1", "sglang.service", run_id="1f2e3d4c")["do"] == "tune"
+    assert kv_tune.plan_start(info, "h1", "sglang.service", run_id="9a8b7c6d")["do"] == "refuse"

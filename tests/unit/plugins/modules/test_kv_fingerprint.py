@@ -1,54 +1,98 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""kv_fingerprint: the cases of test_kv_fingerprint.yaml, with the model, the fact file and the trial drop-in in a
-temporary directory and the server's command line given by the case (the module is the same)."""
+"""kv_fingerprint: the cases of test_kv_fingerprint.yaml, with the venv, the model, the fact file, the lock and the
+trial drop-in in a root-owned temporary directory under /run, and the server's command line and start time given by
+the case (the module is the same)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+import time
 from unittest import mock
 
 import pytest
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin, server_args
+from ansible_collections.llmserve.sglang.plugins.module_utils import host_files, kv_pin, server_args
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.modules import kv_fingerprint
 from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthelper
 
 H200 = [{"name": "NVIDIA H200", "memory_total_mib": 143771}]
+EXTRA = ("argv", "config", "pin", "trial_pending", "timers", "lock", "installed_after_start", "writable_venv",
+         "stale_contains")
+STARTED = time.time() - 1000
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the venv must belong to root")
 
 
-def _pinned_hash(case, config_text):
-    """The hash the module computes for the case's server (the H200 capture, SGLang 0.5.9)."""
+@pytest.fixture
+def base():
+    path = tempfile.mkdtemp(prefix="llmserve-fp-", dir="/run")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def _venv(base, writable):
+    site = os.path.join(base, "venv", "lib", "python3.11", "site-packages", "sglang-0.5.9.dist-info")
+    os.makedirs(site)
+    with open(os.path.join(site, "METADATA"), "w", encoding="utf-8") as handle:
+        handle.write("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9\n")
+    os.utime(os.path.join(site, "METADATA"), (STARTED - 86400, STARTED - 86400))
+    if writable:
+        os.chmod(os.path.join(base, "venv", "lib"), 0o777)
+    return os.path.join(site, "METADATA")
+
+
+def _pinned(case, config_text):
+    """The pin of the case's server under the fingerprint the module computes (the H200 capture, SGLang 0.5.9)."""
     args = server_args.from_argv(case["argv"])
     fp = fingerprint(H200, "580.159.04", "13.0", "0.5.9", args["model_path"], config_text=config_text,
                      server_args=args)
     return fingerprint_hash(fp), fp
 
 
-@pytest.mark.parametrize("case", uthelper.cases(__file__, extra_keys=("argv", "config", "pin", "trial_pending")))
-def test_kv_fingerprint(case, tmp_path):
-    case = json.loads(json.dumps(case).replace("$TMP", str(tmp_path)))
+@pytest.mark.parametrize("case", uthelper.cases(__file__, extra_keys=EXTRA))
+def test_kv_fingerprint(case, base):
+    timers = json.dumps(case.get("timers", ""))[1:-1]
+    case = json.loads(json.dumps(case).replace("$TMP", base).replace("$TIMERS", timers))
+    metadata = _venv(base, case.get("writable_venv"))
+    if case.get("installed_after_start"):
+        os.utime(metadata, (STARTED + 10, STARTED + 10))
     config_text = None
     if "config" in case:
-        (tmp_path / "model").mkdir()
+        os.mkdir(os.path.join(base, "model"))
         config_text = json.dumps(case["config"], indent=2)
-        (tmp_path / "model" / "config.json").write_text(config_text)
+        with open(os.path.join(base, "model", "config.json"), "w", encoding="utf-8") as handle:
+            handle.write(config_text)
+        os.utime(os.path.join(base, "model", "config.json"), (STARTED - 60, STARTED - 60))
     pin = case.get("pin")
     if pin is not None:
         if pin == "same" or (isinstance(pin, dict) and pin.get("fingerprint_hash") == "same"):
-            digest, fp = _pinned_hash(case, config_text)
+            digest, fp = _pinned(case, config_text)
             pin = dict({"mem_fraction_static": 0.88, "fingerprint": fp}, **(pin if isinstance(pin, dict) else {}))
             pin["fingerprint_hash"] = digest
-        text = pin if isinstance(pin, str) else json.dumps({"sglang.service": pin})
-        (tmp_path / "sglang_kv.fact").write_text(text)
+        with open(os.path.join(base, "sglang_kv.fact"), "w", encoding="utf-8") as handle:
+            handle.write(pin if isinstance(pin, str) else json.dumps({"sglang.service": pin}))
     if case.get("trial_pending"):
-        (tmp_path / "trial.conf").write_text("[Service]\n")
+        with open(os.path.join(base, "trial.conf"), "w", encoding="utf-8") as handle:
+            handle.write("[Service]\n")
+    if case.get("lock"):
+        with open(os.path.join(base, "unit.lock"), "w", encoding="utf-8") as handle:
+            json.dump(case["lock"], handle)
     real_paths = kv_pin.paths
 
-    def paths(unit):
-        return dict(real_paths(unit), trial=str(tmp_path / "trial.conf"))
+    def paths(unit, run_id=None):
+        return dict(real_paths(unit, run_id), trial=os.path.join(base, "trial.conf"),
+                    lock=os.path.join(base, "unit.lock"))
 
     with mock.patch.object(kv_pin, "paths", paths), \
-            mock.patch.object(kv_fingerprint, "read_argv", lambda pid: case["argv"]):
-        uthelper.run_case(kv_fingerprint, {key: case[key] for key in ("id", "input", "output", "mocks") if key in case})
+            mock.patch.object(kv_fingerprint, "read_argv", lambda pid: case["argv"]), \
+            mock.patch.object(host_files, "process_start_time", lambda pid: STARTED):
+        result = uthelper.run_case(kv_fingerprint, {key: case[key] for key in ("id", "input", "output", "mocks")
+                                                    if key in case})
+    if "stale_contains" in case:
+        assert case["stale_contains"] in result["stale"][0], result["stale"]

@@ -1,12 +1,13 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""kv_trial: the cases of test_kv_trial.yaml, with the drop-ins, the revert script and the fact in a temporary
-directory (the test moves kv_pin's paths there; the module is the same)."""
+"""kv_trial: the cases of test_kv_trial.yaml, with the drop-ins, the revert script, the lock and the fact in a
+temporary directory (the test moves kv_pin's paths there; the module is the same)."""
 from __future__ import annotations
 
 import json
 import os
+import time
 from unittest import mock
 
 import pytest
@@ -15,10 +16,16 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin
 from ansible_collections.llmserve.sglang.plugins.modules import kv_trial
 from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthelper
 
+NOW = "20261201T000000Z"
+
 
 def _in(tmp_path, value):
-    """The case with $TMP replaced by the test's directory."""
-    return json.loads(json.dumps(value).replace("$TMP", str(tmp_path)))
+    """The case with $TMP, $NOW and the locks filled in."""
+    live = json.dumps({"run_id": "9a8b7c6d", "controller": "ops2 pid 99", "renewed": 1, "expires": time.time() + 3600})
+    stale = json.dumps({"run_id": "9a8b7c6d", "controller": "ops2 pid 99", "renewed": 1, "expires": 2})
+    text = json.dumps(value).replace("$TMP", str(tmp_path)).replace("$NOW", NOW)
+    text = text.replace('"$LIVE_LOCK"', json.dumps(live)).replace('"$STALE_LOCK"', json.dumps(stale))
+    return json.loads(text)
 
 
 @pytest.mark.parametrize("case", uthelper.cases(__file__, extra_keys=("before", "files")))
@@ -26,14 +33,16 @@ def test_kv_trial(case, tmp_path):
     case = _in(tmp_path, case)
     real_paths = kv_pin.paths
 
-    def paths(unit):
-        return dict(real_paths(unit), pin=str(tmp_path / "pin.conf"), trial=str(tmp_path / "trial.conf"))
+    def paths(unit, run_id=None):
+        return dict(real_paths(unit, run_id), pin=str(tmp_path / "pin.conf"), trial=str(tmp_path / "trial.conf"),
+                    lock=str(tmp_path / "lock"))
 
     for path, text in (case.get("before") or {}).items():
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
     with mock.patch.object(kv_pin, "paths", paths), \
-            mock.patch.object(kv_pin, "REVERT_SCRIPT", str(tmp_path / "llmserve-kv-revert")):
+            mock.patch.object(kv_pin, "REVERT_SCRIPT", str(tmp_path / "llmserve-kv-revert")), \
+            mock.patch.object(kv_trial.time, "strftime", lambda fmt, *args: NOW):
         uthelper.run_case(kv_trial, {key: case[key] for key in ("id", "input", "output", "mocks") if key in case})
     for path, text in (case.get("files") or {}).items():
         if text is None:

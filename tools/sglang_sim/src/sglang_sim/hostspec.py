@@ -53,7 +53,7 @@ DEFAULT_MEMORY = {
 }
 
 DEFAULT_FAULTS = {"hang_at_startup": False, "crash_after_requests": None, "slow_start_s": 0,
-                  "gpu_occupied_mib": {}, "from_mem_fraction_static": None}
+                  "gpu_occupied_mib": {}, "from_mem_fraction_static": None, "argv0": None}
 # The faults of the server process; from_mem_fraction_static limits them to servers started at that value or above
 # (a value that hangs or crashes while lower ones work: what the tuner must back off from).
 SERVER_FAULTS = ("hang_at_startup", "crash_after_requests", "slow_start_s")

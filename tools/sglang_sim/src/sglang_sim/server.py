@@ -321,11 +321,24 @@ def build(argv):
     return host, model, draft, args
 
 
+def _rewrite_argv0(host, argv):
+    """The ``argv0`` fault: the server shows another program as its argv[0] in /proc/<pid>/cmdline, as a process
+    that calls setproctitle (or model code run with trust_remote_code) can. Done by running the same interpreter
+    again with that argv[0]; the process is the same program, only what it claims to be changes."""
+    wanted = (host.faults or {}).get("argv0")
+    if wanted and sys.argv and sys.argv[0] != wanted and os.environ.get("SGLANG_SIM_ARGV0") != wanted:
+        os.environ["SGLANG_SIM_ARGV0"] = wanted
+        # Python finds its virtualenv from argv[0]: hand the current import path on explicitly.
+        os.environ["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
+        os.execv(sys.executable, [wanted, "-m", "sglang.launch_server"] + list(argv))
+
+
 def main(argv=None) -> int:
     """The launch_server entry point."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         host, model, draft, args = build(argv)
+        _rewrite_argv0(host, argv)
     except SimConfigError as exc:
         sys.stderr.write("Traceback (most recent call last):\n  File \"<sglang-sim>\", line 1, in <module>\n"
                          "OSError: %s\n" % exc)

@@ -1,0 +1,134 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Reading files on the managed host as root without letting the served process steer it (docs/DESIGN.md,
+"Trust"). The SGLang server runs model code as an unprivileged user; root reads what it needs in two ways:
+
+- :func:`read_trusted`: a file root relies on (the installed SGLang's metadata): every directory from ``/`` down and
+  the file itself belong to root and nobody else can write them, symlinks included; anything else is refused.
+- :func:`read_as_user`: data the service user may have written (a model's ``config.json``, in a directory the
+  server downloaded into): read only when that user could read it anyway, so that a symlink planted in a
+  user-writable directory cannot make root read (and report) a file only root may see. Never executed.
+
+I/O: ``os.lstat``, ``os.stat``, ``os.readlink`` and reads of the checked files; nothing is written.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import stat
+
+MAX_BYTES = 16 * 2 ** 20   # a config.json or a METADATA file is kilobytes; anything this large is not one
+
+
+class UntrustedPath(OSError):
+    """A path root will not rely on, or a file the service user could not read; the message says which and why."""
+
+
+def _check_root_owned(path, info):
+    if info.st_uid != 0:
+        raise UntrustedPath("%s belongs to uid %d, not root" % (path, info.st_uid))
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not stat.S_ISLNK(info.st_mode):
+        raise UntrustedPath("%s is writable by group or others (mode %o)" % (path, stat.S_IMODE(info.st_mode)))
+
+
+def trusted_realpath(path, _depth=0):
+    """The real path of ``path`` after checking that root alone controls every component on the way, the targets of
+    its symlinks included. Raises UntrustedPath (or FileNotFoundError)."""
+    if _depth > 16:
+        raise UntrustedPath("%s: too many symlinks" % path)
+    if not os.path.isabs(path):
+        raise UntrustedPath("%s is not an absolute path" % path)
+    current = "/"
+    _check_root_owned(current, os.lstat(current))
+    for part in [p for p in os.path.normpath(path).split("/") if p]:
+        candidate = os.path.join(current, part)
+        info = os.lstat(candidate)
+        _check_root_owned(candidate, info)
+        if stat.S_ISLNK(info.st_mode):
+            target = os.readlink(candidate)
+            candidate = trusted_realpath(target if os.path.isabs(target) else os.path.join(current, target),
+                                         _depth + 1)
+        current = candidate
+    return current
+
+
+def _read_regular(path, max_bytes):
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UntrustedPath("%s is not a regular file" % path)
+        if info.st_size > max_bytes:
+            raise UntrustedPath("%s is larger than %d bytes" % (path, max_bytes))
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks), info
+    finally:
+        os.close(fd)
+
+
+def read_trusted(path, max_bytes=MAX_BYTES):
+    """(bytes, os.stat_result) of a file that root alone controls (see the module docstring)."""
+    real = trusted_realpath(path)
+    data, info = _read_regular(real, max_bytes)
+    _check_root_owned(real, info)
+    return data, info
+
+
+def _user_can(info, uid, gids, bit_user, bit_group, bit_other):
+    if info.st_uid == uid:
+        return bool(info.st_mode & bit_user)
+    if info.st_gid in gids:
+        return bool(info.st_mode & bit_group)
+    return bool(info.st_mode & bit_other)
+
+
+def read_as_user(path, uid, gids, max_bytes=MAX_BYTES):
+    """(bytes, os.stat_result) of ``path`` when the user ``uid`` (groups ``gids``) could read it: every directory on
+    its real path searchable by that user, the file readable by it, a regular file."""
+    real = os.path.realpath(path)
+    current = "/"
+    for part in [p for p in real.split("/") if p][:-1]:
+        current = os.path.join(current, part)
+        info = os.stat(current)
+        if not _user_can(info, uid, gids, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
+            raise UntrustedPath("%s: uid %d cannot reach it (%s is not searchable for it)" % (path, uid, current))
+    data, info = _read_regular(real, max_bytes)
+    if not _user_can(info, uid, gids, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH):
+        raise UntrustedPath("%s: uid %d cannot read it" % (path, uid))
+    return data, info
+
+
+def installed_distribution(venv, name):
+    """{version, metadata (its path), stat (os.stat_result)} of the distribution ``name`` installed in the virtualenv
+    ``venv``, read from its ``*.dist-info/METADATA`` under root's control; None when it is not installed. Raises
+    UntrustedPath when the venv or the metadata is not root's alone, or when several versions are installed."""
+    pattern = os.path.join(venv, "lib", "python3*", "site-packages", "%s-*.dist-info" % name.replace("-", "_"))
+    found = []
+    for dist_info in sorted(glob.glob(pattern)):
+        data, info = read_trusted(os.path.join(dist_info, "METADATA"))
+        fields = dict(line.split(": ", 1) for line in data.decode("utf-8", "replace").splitlines()
+                      if ": " in line and not line.startswith(" "))
+        if fields.get("Name", "").lower().replace("_", "-") == name.lower() and fields.get("Version"):
+            found.append({"version": fields["Version"].strip(), "metadata": os.path.join(dist_info, "METADATA"),
+                          "stat": info})
+    if len(found) > 1:
+        raise UntrustedPath("%s holds several %s distributions (%s): a broken upgrade; reinstall it"
+                            % (venv, name, ", ".join(item["version"] for item in found)))
+    return found[0] if found else None
+
+
+def process_start_time(pid, proc="/proc"):
+    """When process ``pid`` started, in seconds since the epoch (from /proc/<pid>/stat and the boot time)."""
+    with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    with open(os.path.join(proc, "stat"), encoding="ascii", errors="replace") as handle:
+        boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+    # Field 22 of stat (the 20th after the command's closing parenthesis): start time in clock ticks after boot.
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")

@@ -1,0 +1,365 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""playbooks/tune_kv.yml against an attacker and a bad day, on one simulated field host (prefix simfault): each test
+is a fault that once ended with root running the server's code, an unverified value pinned, or a host not serving;
+each must end with the host serving a value proven under load, and the controller saying what happened.
+
+The tests run in file order on one host, tuned once by the fixture; each puts the host back as it found it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_collection_on_simhost import play
+from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
+from test_tune_kv_on_simhost import (
+    PIN_DROPIN, fact, invocation, oracle_max, report, running_fraction, set_faults, ssh, trial_left, tune)
+
+PREFIX = "simfault"
+HOST = f"{PREFIX}1"
+FACT = "/etc/ansible/facts.d/sglang_kv.fact"
+VENV = "/opt/sglang/venv"
+
+pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    with sim_inventory(tmp_path_factory.mktemp("simfault"), PREFIX, ["field"]) as inventory:
+        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
+        assert site.status == "successful", site.stdout[-5000:]
+        first = tune(inventory, tmp_path_factory.mktemp("first"))
+        assert first.status == "successful", first.stdout[-5000:]
+        yield inventory
+
+
+def lkg() -> float:
+    return fact(HOST)["mem_fraction_static"]
+
+
+def serving(fleet: Path, timeout: float = 60) -> bool:
+    """Whether the host's server answers a real generation within ``timeout`` seconds."""
+    ready = {"unit": "sglang.service", "timeout": timeout}
+    run = play(fleet, tasks=[{"name": "ready", "llmserve.sglang.sglang_ready": ready}])
+    return bool(run.results["ready"]["ready"])
+
+
+def controller(fleet: Path, reports: Path, **extravars) -> subprocess.Popen:
+    """ansible-playbook tune_kv.yml in the background (its own session, output to reports/controller.log)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=str(Path(sys.prefix) / "collections"))
+    extravars = {"kv_tune_report_dir": str(reports), **extravars}
+    log = open(reports / "controller.log", "w", encoding="utf-8")  # pylint: disable=consider-using-with
+    return subprocess.Popen([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(fleet),
+                             str(REPO / "playbooks" / "tune_kv.yml"), "-e", json.dumps(extravars)], env=env,
+                            cwd=str(reports), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for(condition, timeout: float, step: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+# --- 1. root never runs what the served process controls -----------------------------------------------------------
+
+def test_root_never_runs_the_servers_argv0(fleet, tmp_path):
+    """The server rewrites its own argv[0] (as setproctitle does) to a script its user wrote: a no-op tune and a forced
+    one must not run it as root (before: kv_fingerprint ran argv[0] -c 'import sglang')."""
+    ssh(HOST, "install -o sglang -g sglang -m 0755 /dev/null /var/lib/sglang/python && "
+              "printf '#!/bin/sh\\ntouch /var/lib/sglang/ran-as-$(id -u)\\nexec /opt/sglang/venv/bin/python \"$@\"\\n' "
+              "> /var/lib/sglang/python")
+    set_faults(HOST, argv0="/var/lib/sglang/python")
+    try:
+        ssh(HOST, "systemctl restart sglang.service")
+        assert serving(fleet)
+        assert ssh(HOST, "cat /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline | tr '\\0' ' '"
+                   ).startswith("/var/lib/sglang/python ")
+        for extravars in ({}, {"kv_tune_force": True}):
+            run = tune(fleet, tmp_path, **extravars)
+            assert run.status == "successful", run.stdout[-5000:]
+        assert ssh(HOST, "ls /var/lib/sglang/").split().count("ran-as-0") == 0
+    finally:
+        set_faults(HOST)
+        ssh(HOST, "rm -f /var/lib/sglang/python /var/lib/sglang/ran-as-*; systemctl restart sglang.service")
+        assert serving(fleet)
+
+
+def test_a_venv_the_service_user_can_write_is_refused(fleet, tmp_path):
+    ssh(HOST, f"chown sglang {VENV}/lib")
+    started = invocation(HOST)
+    try:
+        run = tune(fleet, tmp_path, kv_tune_force=True)
+        assert run.status == "failed" and "refusing to read the SGLang version" in run.stdout, run.stdout[-4000:]
+        assert "belongs to uid" in run.stdout
+    finally:
+        ssh(HOST, f"chown root {VENV}/lib")
+    assert invocation(HOST) == started
+
+
+# --- 2. nothing unverified is pinned ---------------------------------------------------------------------------------
+
+def test_a_network_cut_longer_than_the_confirm_timeout_pins_nothing(fleet, tmp_path):
+    """The host reverts the trial by itself while the controller cannot reach it; when the network is back, the
+    controller must see that the server that answered is not the trial's start (before: it stressed the reverted
+    server and committed the trial's value)."""
+    before, pinned = lkg(), fact(HOST)
+    set_faults(HOST, slow_start_s=8, from_mem_fraction_static=0.5)
+    proc = controller(fleet, tmp_path, kv_tune_force=True, kv_tune_start=round(before - 0.02, 3),
+                      kv_tune_ready_timeout=20, kv_tune_stress_duration=3, kv_tune_confirm_timeout=30)
+    try:
+        assert wait_for(lambda: trial_left(HOST), 120), "no trial started"
+        subprocess.run(["ip", "-n", f"llmsim-{HOST}", "link", "set", "eth0", "down"], check=True)
+        time.sleep(45)      # the host's timer fires 30 s after the trial started and reverts it
+        subprocess.run(["ip", "-n", f"llmsim-{HOST}", "link", "set", "eth0", "up"], check=True)
+        assert proc.wait(300) != 0
+    finally:
+        subprocess.run(["ip", "-n", f"llmsim-{HOST}", "link", "set", "eth0", "up"], check=False)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        set_faults(HOST)
+    log = (tmp_path / "controller.log").read_text()
+    assert "the host reverted it" in log, log[-4000:]
+    assert fact(HOST) == pinned
+    assert running_fraction(HOST) == pytest.approx(before) and serving(fleet)
+
+
+# --- 3. a tune never takes a serving host down -----------------------------------------------------------------------
+
+def test_another_process_on_one_gpu_stops_the_tune_before_any_restart(fleet, tmp_path):
+    started = invocation(HOST)
+    set_faults(HOST, gpu_occupied_mib={"3": 16384})
+    try:
+        run = tune(fleet, tmp_path, kv_tune_force=True)
+    finally:
+        set_faults(HOST)
+    assert run.status == "failed", run.stdout[-4000:]
+    assert "GPU 3: 16.0 GiB held by pid 90003" in run.stdout and "nothing was restarted" in run.stdout
+    assert invocation(HOST) == started and serving(fleet)
+
+
+# --- 4. a pin that no longer starts is repaired; a pin can be removed --------------------------------------------
+
+def test_a_pin_that_no_longer_starts_is_tuned_away(fleet, tmp_path):
+    """site.yml raised the CUDA-graph batch size: the pinned value's capture runs out of memory and the unit fails
+    (before: tune_kv.yml refused, the last-known-good value had to serve first)."""
+    bigger = play(fleet, playbook=REPO / "playbooks" / "site.yml",
+                  extravars={"sglang_service_server_args": _field_args(cuda_graph_max_bs=2048,
+                                                                       max_running_requests=4096)})
+    assert bigger.status == "failed", bigger.stdout[-3000:]   # its readiness wait sees the capture OOM
+    try:
+        run = tune(fleet, tmp_path)
+        assert run.status == "successful", run.stdout[-6000:]
+        result = report(tmp_path, HOST)
+        assert "no longer starts" in result["why"] and result["status"] == "tuned"
+        assert result["trials"][0]["restart"] and serving(fleet)
+        assert running_fraction(HOST) == pytest.approx(result["after"]["mem_fraction_static"])
+        assert result["after"]["mem_fraction_static"] < result["before"]["mem_fraction_static"]
+    finally:
+        back = play(fleet, playbook=REPO / "playbooks" / "site.yml")
+        assert back.status == "successful", back.stdout[-3000:]
+        again = tune(fleet, tmp_path)
+        assert again.status == "successful", again.stdout[-3000:]
+
+
+def _field_args(**more):
+    group = yaml.safe_load((REPO / "inventories" / "sim" / "group_vars" / "sim.yml").read_text())
+    return dict(group["sim_profiles"]["field"]["server_args"], **more)
+
+
+def test_a_draft_replaced_in_place_changes_the_fingerprint(fleet, tmp_path):
+    config = "/models/field/draft/config.json"
+    ssh(HOST, f"cp {config} {config}.orig && python3 - <<'EOF'\nimport json\np='{config}'\nd=json.load(open(p))\n"
+              f"d['llmserve_test_revision']=2\njson.dump(d, open(p, 'w'))\nEOF")
+    try:
+        run = tune(fleet, tmp_path)
+        assert run.status == "successful", run.stdout[-4000:]
+        assert "model.draft_config_sha256" in report(tmp_path, HOST)["why"]
+    finally:
+        ssh(HOST, f"mv {config}.orig {config}")
+        assert tune(fleet, tmp_path).status == "successful"
+
+
+def test_kv_tune_reset_removes_the_pin(fleet, tmp_path):
+    run = tune(fleet, tmp_path, kv_tune_reset=True)
+    assert run.status == "successful", run.stdout[-4000:]
+    assert "lost its pin" in run.stdout
+    assert ssh(HOST, f"test -e {PIN_DROPIN} && echo yes || echo no").strip() == "no"
+    assert "sglang.service" not in json.loads(ssh(HOST, f"cat {FACT}"))
+    assert running_fraction(HOST) == pytest.approx(0.88) and serving(fleet)
+    again = tune(fleet, tmp_path)
+    assert again.status == "successful" and "never tuned" in again.stdout, again.stdout[-4000:]
+
+
+# --- 5. one run at a time --------------------------------------------------------------------------------------------
+
+def test_a_second_run_on_a_unit_being_tuned_stops_before_any_restart(fleet, tmp_path):
+    before = lkg()
+    set_faults(HOST, slow_start_s=6, from_mem_fraction_static=0.5)
+    first = controller(fleet, tmp_path, kv_tune_force=True, kv_tune_start=round(before - 0.02, 3))
+    try:
+        assert wait_for(lambda: trial_left(HOST), 120), "the first run started no trial"
+        second = tune(fleet, tmp_path / "second", kv_tune_force=True)
+        assert second.status == "failed", second.stdout[-4000:]
+        assert "is being tuned by run" in second.stdout
+        assert first.wait(600) == 0, (tmp_path / "controller.log").read_text()[-4000:]
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        set_faults(HOST)
+    truth = oracle_max(HOST)
+    assert truth - 0.005 - 1e-9 <= lkg() <= truth + 1e-9
+    assert ssh(HOST, "ls /run/llmserve/ 2>/dev/null").strip() == ""   # the lock is released
+
+
+# --- 6. an error after a trial started reverts at once ---------------------------------------------------------------
+
+def test_an_error_during_a_trial_reverts_at_once(fleet, tmp_path):
+    """nvidia-smi disappears while a trial runs (a driver broken under it): the fingerprint after the load fails, and
+    the host must be back on its last-known-good value at once, not when its timer fires (confirm timeout 600 s)."""
+    before = lkg()
+    set_faults(HOST, slow_start_s=4, from_mem_fraction_static=0.5)
+    proc = controller(fleet, tmp_path, kv_tune_force=True, kv_tune_start=round(before - 0.02, 3),
+                      kv_tune_ready_timeout=60, kv_tune_confirm_timeout=600)
+    try:
+        assert wait_for(lambda: trial_left(HOST), 120), "no trial started"
+        ssh(HOST, "mv /usr/local/bin/nvidia-smi /usr/local/bin/nvidia-smi.away")
+        broken = time.monotonic()
+        assert wait_for(lambda: not trial_left(HOST), 120), "the trial was not reverted"
+        exposure = time.monotonic() - broken
+        assert proc.wait(300) != 0
+    finally:
+        ssh(HOST, "test -e /usr/local/bin/nvidia-smi.away && mv /usr/local/bin/nvidia-smi.away /usr/local/bin/nvidia-smi"
+                  " || true", check=False)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        set_faults(HOST)
+    print("\nexposure of the unverified value after the error: %.1f s (confirm timeout 600 s)" % exposure)
+    assert exposure < 120
+    assert "the trial in progress was reverted" in (tmp_path / "controller.log").read_text()
+    assert wait_for(lambda: serving(fleet), 60) and running_fraction(HOST) == pytest.approx(before)
+
+
+# --- 7. a timer without a trial is cleared -------------------------------------------------------------------------
+
+def test_a_stray_revert_timer_is_cleared_without_a_restart(fleet, tmp_path):
+    started = invocation(HOST)
+    ssh(HOST, "systemd-run --quiet --unit=llmserve-kv-revert-deadbeef-sglang --on-active=3600s "
+              "/usr/local/sbin/llmserve-kv-revert sglang.service /run/systemd/system/sglang.service.d/90-kv-trial.conf")
+    run = tune(fleet, tmp_path)
+    assert run.status == "successful", run.stdout[-4000:]
+    assert "revert timers of an earlier run are armed without a trial" in run.stdout
+    assert run.stats.get("changed", {}).get(HOST, 0) > 0
+    assert ssh(HOST, "systemctl list-units --all --plain --no-legend 'llmserve-kv-revert-*'").strip() == ""
+    assert invocation(HOST) == started
+
+
+# --- 8. a startup log rotated away costs one restart, not the tune -------------------------------------------------
+
+def test_a_startup_log_rotated_out_of_the_journal_is_measured_again(fleet, tmp_path):
+    ssh(HOST, "journalctl --rotate --quiet && journalctl --vacuum-time=1s --quiet")
+    run = tune(fleet, tmp_path, kv_tune_force=True)
+    assert run.status == "successful", run.stdout[-4000:]
+    result = report(tmp_path, HOST)
+    assert result["status"] == "tuned" and result["trials"][0]["restart"]
+
+
+# --- 9. an SGLang installed but not yet running is not fingerprinted as running ------------------------------------
+
+def test_sglang_upgraded_on_disk_restarts_before_it_is_fingerprinted(fleet, tmp_path):
+    ssh(HOST, f"{VENV}/bin/pip install -q --no-index --find-links /var/cache/sglang-sim/wheelhouse sglang==0.5.10")
+    try:
+        run = tune(fleet, tmp_path)
+        assert run.status == "successful", run.stdout[-6000:]
+        assert "what is on disk is newer than the running server (sglang 0.5.10 was installed" in run.stdout
+        result = report(tmp_path, HOST)
+        assert "versions.sglang" in result["why"] and result["versions"]["sglang"] == "0.5.10"
+        assert fact(HOST)["versions"]["sglang"] == "0.5.10"
+    finally:
+        ssh(HOST, f"{VENV}/bin/pip install -q --no-index --find-links /var/cache/sglang-sim/wheelhouse sglang==0.5.9 "
+                  "&& systemctl restart sglang.service")
+        assert wait_for(lambda: serving(fleet), 60)
+        assert tune(fleet, tmp_path).status == "successful"
+
+
+# --- 10. a failure that is not about memory ends the search ----------------------------------------------------------
+
+def test_a_crash_with_memory_to_spare_ends_the_search(fleet, tmp_path):
+    before = lkg()
+    set_faults(HOST, crash_after_requests=3, from_mem_fraction_static=0.8)
+    try:
+        run = tune(fleet, tmp_path, kv_tune_force=True, kv_tune_start=0.8)
+    finally:
+        set_faults(HOST)
+        ssh(HOST, "systemctl restart sglang.service")   # the crash fault is gone from the server that runs now
+    result = report(tmp_path, HOST)
+    assert run.status == "failed" and [t["outcome"] for t in result["trials"]] == ["fatal"], result["trials"]
+    assert "not a lack of memory" in run.stdout
+    assert wait_for(lambda: serving(fleet), 60) and running_fraction(HOST) == pytest.approx(before)
+
+
+# --- 11. a broken fact file is moved aside ---------------------------------------------------------------------------
+
+def test_a_corrupted_fact_file_is_moved_aside_and_the_tune_goes_on(fleet, tmp_path):
+    ssh(HOST, f"printf '{{\"sglang.service\": ' > {FACT}")
+    run = tune(fleet, tmp_path)
+    assert run.status == "successful", run.stdout[-4000:]
+    assert "is not JSON" in report(tmp_path, HOST)["why"]
+    assert ssh(HOST, f"ls {FACT}.broken-* | wc -l").strip() == "1"
+    assert "sglang.service" in json.loads(ssh(HOST, f"cat {FACT}"))
+    again = tune(fleet, tmp_path)
+    assert again.status == "successful" and "fingerprint unchanged" in again.stdout
+    ssh(HOST, f"rm -f {FACT}.broken-*")
+
+
+# --- bad input: a clear error naming the variable, before any restart ---------------------------------------------
+
+@pytest.mark.parametrize("extravars, message", [
+    ({"kv_tune_min_tokens": "lots"}, "kv_tune_min_tokens"),
+    ({"kv_tune_safety_gib": 40}, "kv_tune_safety_gib (40.0 GiB) is not below the memory left after the weights"),
+    ({"kv_tune_resolution": 0.00005}, "kv_tune_resolution must be a decimal step"),
+    ({"kv_tune_cap": 0.85}, "kv_tune_cap (0.85) is below the value sglang.service runs"),
+    ({"kv_tune_unit": "sglang-typo.service"}, "sglang-typo.service does not exist on the host"),
+])
+def test_bad_input_is_refused_before_any_restart(fleet, tmp_path, extravars, message):
+    started = invocation(HOST)
+    run = tune(fleet, tmp_path, kv_tune_force=True, **extravars)
+    assert run.status == "failed" and message in run.stdout, run.stdout[-4000:]
+    assert invocation(HOST) == started
+    assert not (tmp_path / "summary.json").exists()     # no host reached the tuner: no summary over the last one
+
+
+def test_host_vars_dir_without_the_host_directory(fleet, tmp_path):
+    run = tune(fleet, tmp_path, kv_tune_force=True, kv_tune_host_vars_dir=str(tmp_path / "host_vars"))
+    assert run.status == "successful", run.stdout[-4000:]
+    pinned = yaml.safe_load((tmp_path / "host_vars" / HOST / "kv_tune.yml").read_text())
+    assert pinned["kv_tune_pinned"]["sglang.service"]["mem_fraction_static"] == lkg()
+
+
+def test_reports_without_pwd_go_beside_the_playbook(fleet, tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "PWD"}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(Path(sys.prefix) / "collections"))
+    reports = REPO / "playbooks" / "kv_tune_reports"
+    shutil.rmtree(reports, ignore_errors=True)
+    try:
+        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(fleet),
+                               str(REPO / "playbooks" / "tune_kv.yml")], env=env, cwd="/", capture_output=True,
+                              text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert (reports / "summary.json").exists() and not Path("/kv_tune_reports").exists()
+    finally:
+        shutil.rmtree(reports, ignore_errors=True)

@@ -1,0 +1,84 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""kv_pin: where a unit's value lives, the drop-ins' text, the fact file, the run's lock and revert timers."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin
+
+
+def test_paths_and_timer_names_per_run():
+    paths = kv_pin.paths("sglang@a.service", "1f2e3d4c")
+    assert paths["pin"] == "/etc/systemd/system/sglang@a.service.d/50-kv-tune.conf"
+    assert paths["trial"] == "/run/systemd/system/sglang@a.service.d/90-kv-trial.conf"
+    assert paths["lock"] == "/run/llmserve/kv-tune-sglang@a.service.lock"
+    assert paths["revert_unit"] == "llmserve-kv-revert-1f2e3d4c-sglang-a"
+    assert kv_pin.paths("sglang.service")["revert_unit"] == "llmserve-kv-revert-sglang"
+
+
+@pytest.mark.parametrize("name, unit, mine", [
+    ("llmserve-kv-revert-1f2e3d4c-sglang.timer", "sglang.service", True),
+    ("llmserve-kv-revert-sglang.timer", "sglang.service", True),
+    ("llmserve-kv-revert-1f2e3d4c-sglang-a.timer", "sglang.service", False),
+    ("llmserve-kv-revert-1f2e3d4c-sglang-a.timer", "sglang@a.service", True),
+    ("llmserve-kv-revert-sglang-a.timer", "sglang.service", False),
+    ("llmserve-kv-revert-1f2e3d4c-sglang.service", "sglang.service", False),
+    ("other.timer", "sglang.service", False),
+])
+def test_is_revert_timer(name, unit, mine):
+    assert kv_pin.is_revert_timer(name, unit) == mine
+
+
+def test_lock_life():
+    text = kv_pin.lock_text("1f2e3d4c", "ops1 pid 7", 1000, 600)
+    assert json.loads(text) == {"run_id": "1f2e3d4c", "controller": "ops1 pid 7", "renewed": 1000, "expires": 1600}
+    assert kv_pin.lock_holder(text, 1500)[0] == "held"
+    assert kv_pin.lock_holder(text, 1500, "1f2e3d4c")[0] == "ours"
+    assert kv_pin.lock_holder(text, 1700)[0] == "free"      # its run stopped renewing it: lapsed
+    assert kv_pin.lock_holder(None, 0) == ("free", None)
+    assert kv_pin.lock_holder("garbage", 0) == ("free", None)
+    message = kv_pin.lock_message("sglang.service", json.loads(text), "/run/llmserve/x.lock")
+    assert "is being tuned by run 1f2e3d4c from ops1 pid 7" in message and "1970-01-01T00:26:40" in message
+
+
+@pytest.mark.parametrize("run_id", ["1F2E3D4C", "1f2e3d4", "../x", None, 12345678])
+def test_bad_run_ids(run_id):
+    with pytest.raises(kv_pin.PinError, match="run_id"):
+        kv_pin.check_run_id(run_id)
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ({"mem_fraction_static": 0.91, "fingerprint_hash": "a" * 64}, None),
+    ({"mem_fraction_static": "0.91", "fingerprint_hash": "a" * 64}, "mem_fraction_static '0.91'"),
+    ({"mem_fraction_static": 1.5, "fingerprint_hash": "a" * 64}, "mem_fraction_static 1.5"),
+    ({"mem_fraction_static": 0.91}, "fingerprint_hash None"),
+    (["0.91"], "its entry is a list"),
+])
+def test_check_entry(entry, problem):
+    found = kv_pin.check_entry(entry)
+    assert (found is None) == (problem is None) and (problem is None or problem in found), found
+
+
+def test_facts_text_sets_and_removes_one_unit():
+    text = kv_pin.facts_text(None, "sglang.service", {"mem_fraction_static": 0.91})
+    text = kv_pin.facts_text(text, "sglang@b.service", {"mem_fraction_static": 0.9})
+    assert set(json.loads(text)) == {"sglang.service", "sglang@b.service"}
+    assert set(json.loads(kv_pin.facts_text(text, "sglang.service", None))) == {"sglang@b.service"}
+    with pytest.raises(kv_pin.PinError, match="is not JSON"):
+        kv_pin.facts_text("{", "sglang.service", {})
+
+
+@pytest.mark.parametrize("text", ["0.910", "0.9125", ".5", "0.88"])
+def test_dropin_values(text):
+    assert 'Environment="LLMSERVE_KV_ARGS=--mem-fraction-static %s"' % text in kv_pin.dropin_text(
+        "sglang.service", text, trial=False)
+
+
+@pytest.mark.parametrize("text", ["1.0", "0", "0.9\"\nExecStartPre=/bin/sh", "1e-5", "0.9 --tp 1"])
+def test_dropin_refuses_anything_but_a_plain_fraction(text):
+    with pytest.raises(kv_pin.PinError):
+        kv_pin.dropin_text("sglang.service", text, trial=True)
