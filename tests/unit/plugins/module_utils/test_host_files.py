@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 
 import pytest
@@ -15,17 +14,6 @@ import pytest
 from ansible_collections.llmserve.sglang.plugins.module_utils import host_files
 
 USER = 4242   # the service user: any uid but root's
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/run"), reason="needs root (chown)")
-
-
-@pytest.fixture
-def root_dir():
-    path = tempfile.mkdtemp(prefix="llmserve-host-files-", dir="/run")
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path)
-
 
 def venv(base, version="0.5.9", owner=0, mode=0o755):
     site = os.path.join(base, "venv", "lib", "python3.11", "site-packages", "sglang-%s.dist-info" % version)

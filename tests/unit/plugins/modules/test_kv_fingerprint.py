@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from unittest import mock
 
@@ -24,17 +22,6 @@ H200 = [{"name": "NVIDIA H200", "memory_total_mib": 143771}]
 EXTRA = ("argv", "config", "pin", "trial_pending", "timers", "lock", "installed_after_start", "writable_venv",
          "stale_contains")
 STARTED = time.time() - 1000
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the venv must belong to root")
-
-
-@pytest.fixture
-def base():
-    path = tempfile.mkdtemp(prefix="llmserve-fp-", dir="/run")
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path)
-
 
 def _venv(base, writable):
     site = os.path.join(base, "venv", "lib", "python3.11", "site-packages", "sglang-0.5.9.dist-info")
@@ -56,7 +43,8 @@ def _pinned(case, config_text):
 
 
 @pytest.mark.parametrize("case", uthelper.cases(__file__, extra_keys=EXTRA))
-def test_kv_fingerprint(case, base):
+def test_kv_fingerprint(case, root_dir):
+    base = root_dir
     timers = json.dumps(case.get("timers", ""))[1:-1]
     case = json.loads(json.dumps(case).replace("$TMP", base).replace("$TIMERS", timers))
     metadata = _venv(base, case.get("writable_venv"))

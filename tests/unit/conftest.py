@@ -1,0 +1,23 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fixtures shared by the unit tests."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+
+@pytest.fixture
+def root_dir():
+    """A directory only root can write, every component up to / too (under /run: /tmp is writable by anyone), for
+    the files root must trust. Needs root (the tests that use it are skipped without)."""
+    if os.geteuid() != 0 or not os.path.isdir("/run"):
+        pytest.skip("needs root and /run")
+    path = tempfile.mkdtemp(prefix="llmserve-unit-", dir="/run")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path)
