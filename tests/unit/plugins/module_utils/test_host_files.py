@@ -15,6 +15,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import host_files
 
 USER = 4242   # the service user: any uid but root's
 
+
 def venv(base, version="0.5.9", owner=0, mode=0o755):
     site = os.path.join(base, "venv", "lib", "python3.11", "site-packages", "sglang-%s.dist-info" % version)
     os.makedirs(site, mode=0o755)

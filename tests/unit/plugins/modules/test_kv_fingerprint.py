@@ -23,6 +23,7 @@ EXTRA = ("argv", "config", "pin", "trial_pending", "timers", "lock", "installed_
          "stale_contains")
 STARTED = time.time() - 1000
 
+
 def _venv(base, writable):
     site = os.path.join(base, "venv", "lib", "python3.11", "site-packages", "sglang-0.5.9.dist-info")
     os.makedirs(site)
