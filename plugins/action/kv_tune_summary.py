@@ -25,6 +25,7 @@ ARGUMENT_SPEC = dict(
     hosts=dict(type="list", elements="str", required=True),
     report_dir=dict(type="path", required=True),
     result_var=dict(type="str", default="kv_tune_outcome"),
+    pending=dict(type="list", elements="str", default=[]),
 )
 
 
@@ -62,7 +63,7 @@ class ActionModule(ActionBase):
         for host in hosts:
             outcome = hostvars[host].get(args["result_var"]) if host in hostvars else None
             outcomes[host] = plain(dict(outcome)) if outcome is not None else None
-        rows = summary_rows(outcomes)
+        rows = summary_rows(outcomes, pending=set(args["pending"]))
         path = os.path.join(args["report_dir"], "summary.json")
         changed = False
         # A run in which no host got as far as the tuner (bad input, nothing reachable) keeps the last summary.

@@ -658,14 +658,19 @@ def result_line(result):
                _count(after.get("tokens")), gain, result["restarts"], "" if result["restarts"] == 1 else "s", note))
 
 
-def summary_rows(outcomes):
+def summary_rows(outcomes, pending=()):
     """The fleet summary: one row per host of ``outcomes`` (host -> the kv_tune task's registered result, None when
-    the host never got there: unreachable, or failed earlier). An unchanged host keeps what its last tune found."""
+    the host never got there: unreachable, failed earlier, or in a batch that has not run: ``pending``). An unchanged
+    host keeps what its last tune found."""
     rows = []
     for host in sorted(outcomes):
         res = outcomes[host] or {}
         status = res.get("status")
-        if status == "unchanged":
+        if not res and host in pending:
+            rows.append({"host": host, "status": "not tuned: its batch has not run",
+                         "line": "%s: NOT STARTED (a later batch; the run stops at a batch with a failed host)"
+                                 % host})
+        elif status == "unchanged":
             pin = res.get("pin") or {}
             rows.append({"host": host, "status": "unchanged", "after": pin.get("mem_fraction_static"),
                          "tokens_after": pin.get("tokens"), "restarts": 0, "tuned_at": pin.get("time"),

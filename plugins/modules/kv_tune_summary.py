@@ -30,6 +30,13 @@ options:
     description: The variable each host registered the M(llmserve.sglang.kv_tune) result in.
     type: str
     default: kv_tune_outcome
+  pending:
+    description:
+      - Hosts of O(hosts) whose serial batch has not run yet; without a result they are named as not started rather
+        than as failed. In a play with C(serial), V({{ ansible_play_hosts | difference(ansible_play_batch) }}).
+    type: list
+    elements: str
+    default: []
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -54,6 +61,14 @@ EXAMPLES = r"""
   llmserve.sglang.kv_tune_summary:
     hosts: "{{ ansible_play_hosts_all }}"
     report_dir: "{{ playbook_dir }}/kv_tune_reports"
+
+- name: At the end of each serial batch, once, on the controller
+  llmserve.sglang.kv_tune_summary:
+    hosts: "{{ ansible_play_hosts_all }}"
+    pending: "{{ ansible_play_hosts | difference(ansible_play_batch) }}"
+    report_dir: "{{ playbook_dir }}/kv_tune_reports"
+  run_once: true
+  delegate_to: localhost
 """
 
 RETURN = r"""

@@ -265,11 +265,28 @@ def test_an_unreachable_host_is_reported_and_the_others_proceed(fleet, tmp_path)
     hosts["sim"]["hosts"]["gone1"] = {"ansible_host": "198.18.250.2", "sim_profile": "field"}
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
     run = play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
-               extravars={"kv_tune_report_dir": str(tmp_path / "reports"), "ansible_ssh_timeout": 5})
+               extravars={"kv_tune_report_dir": str(tmp_path / "reports"), "ansible_ssh_timeout": 5,
+                          "kv_tune_serial": "100%"})
     assert run.stats.get("dark", {}).get("gone1"), run.stats
     summary = {row["host"]: row for row in json.loads((tmp_path / "reports" / "summary.json").read_text())}
     assert summary["gone1"]["status"].startswith("not tuned")
     assert summary[FIELD]["status"] == "unchanged"
+
+
+def test_a_failed_canary_stops_the_run_before_any_other_host(fleet, tmp_path):
+    """The default batches: one host, then a quarter at a time; max_fail_percentage 0 stops at the failed canary."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(fleet / "group_vars", inventory / "group_vars")
+    hosts = yaml.safe_load((fleet / "hosts.yml").read_text())
+    hosts["sim"]["hosts"] = {"gone1": {"ansible_host": "198.18.250.2", "sim_profile": "field"}, **hosts["sim"]["hosts"]}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    started = {host: invocation(host) for host in PROFILES}
+    run = play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
+               extravars={"kv_tune_report_dir": str(tmp_path / "reports"), "ansible_ssh_timeout": 5,
+                          "kv_tune_force": True})
+    assert run.status == "failed" and run.stats.get("dark", {}).get("gone1"), run.stats
+    assert not any(host in run.stats.get("ok", {}) for host in PROFILES), run.stats    # never reached
+    assert {host: invocation(host) for host in PROFILES} == started
 
 
 # --- bad input: a clear error, nothing restarted -----------------------------------------------------------------

@@ -240,6 +240,14 @@ def test_summary_rows():
     assert rows[1]["after"] == 0.91 and rows[1]["tuned_at"] == PIN["time"]
 
 
+def test_summary_rows_tell_a_later_batch_from_a_failed_host():
+    rows = kv_tune.summary_rows({"a": {"status": "unchanged", "pin": PIN}, "b": None, "c": None}, pending={"a", "c"})
+    assert [row["status"] for row in rows] == ["unchanged",
+                                               "not tuned: failed or unreachable, left on its last-known-good value",
+                                               "not tuned: its batch has not run"]
+    assert rows[2]["line"].startswith("c: NOT STARTED")
+
+
 # --- before the search ----------------------------------------------------------------------------------------------
 
 INFO = {"takes_kv_args": True, "trial_pending": False, "running": True, "pin": PIN, "fingerprint": FP,
