@@ -19,6 +19,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_tune
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import InvalidInput
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 display = Display()
 
@@ -41,6 +42,9 @@ ARGUMENT_SPEC = dict(
     stress_fill_ratio=dict(type="float", default=0.95),
     stress_duration=dict(type="float", default=120),
     confirm_timeout=dict(type="int"),
+    strategy=dict(type="str", default="per_host", choices=list(kv_tune.STRATEGIES)),
+    class_margin_steps=dict(type="int", default=1),
+    class_plan=dict(type="dict"),
 )
 # States of kv_trial that may still run once ansible-playbook is gone: they put the host back and let go.
 _CLEAN_UP = ("reverted", "unlocked")
@@ -208,7 +212,7 @@ class ActionModule(ActionBase):
         if safe is None and plan["do"] == "report":
             display.display(plan["line"])
             return {"changed": self.changed, "status": plan["status"], "why": plan["why"], "line": plan["line"],
-                    "pin": info["pin"]}
+                    "pin": info["pin"], "fingerprint_hash": info.get("fingerprint_hash")}
         if safe is None and plan["do"] != "tune":
             raise ModuleFailed("%s did not settle before the search (%s)" % (unit, plan.get("why")))
         self.url = info["url"] or self.url
@@ -217,7 +221,7 @@ class ActionModule(ActionBase):
         if safe is None and plan["dry_run"]:
             display.display(plan["line"])
             return {"changed": False, "status": "would_tune", "why": plan["why"], "line": plan["line"],
-                    "pin": info["pin"]}
+                    "pin": info["pin"], "fingerprint_hash": info.get("fingerprint_hash")}
         self._lock()
         if safe is not None:
             start = kv_tune.safe_start(safe["boot"], info["fingerprint"], model, settings)
@@ -231,10 +235,28 @@ class ActionModule(ActionBase):
         running_value = info["mem_fraction_static"]
         if running_value is None:
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
+        verify = None if safe is not None else self._class_value(settings)
         tuner = kv_tune.Tuner(self.host, settings, why, running_value, boot, info["fingerprint"],
                               info["fingerprint_hash"], lower_bound=kv_tune.lower_bound(boot, model, settings["min_tokens"]),
-                              invocation_id=self.invocation_id, start=start)
+                              invocation_id=self.invocation_id, start=start, verify=verify)
         return self._search(tuner, info)
+
+    def _class_value(self, settings):
+        """per_class: the value this member verifies (its class's less the margin), None for a search of its own."""
+        entry = self.args["class_plan"]
+        if settings["strategy"] != "per_class" or not entry:
+            return None
+        canary = entry.get("canary")
+        outcome = None
+        if canary and canary in self._vars.get("hostvars", {}):
+            found = self._vars["hostvars"][canary].get("kv_tune_outcome")
+            outcome = plain(dict(found)) if found is not None else None
+        value = kv_tune.class_value(entry, outcome)
+        if value is None:
+            if entry.get("role") == "member":
+                display.display("%s: the canary %s of its class found no value: a search of its own" % (self.host, canary))
+            return None
+        return kv_tune.verify_value(value, settings)
 
     def _after_a_failed_start(self, info, settings, ready):
         """The last-known-good value did not come back: tune from a safe start when it ran out of memory, else stop
@@ -261,7 +283,7 @@ class ActionModule(ActionBase):
                 self.host, self.args["unit"], "none" if info["pin"] is None else info["pin"].get("mem_fraction_static"))
             display.display(line)
             return {"changed": info["pin"] is not None, "status": "would_reset", "why": "kv_tune_reset", "line": line,
-                    "pin": info["pin"]}
+                    "pin": info["pin"], "fingerprint_hash": info.get("fingerprint_hash")}
         self._lock()
         ready = self._ready(self._trial_module("reset").get("invocation_id"))
         after = self._fingerprint()

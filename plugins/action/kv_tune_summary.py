@@ -16,7 +16,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import summary_rows
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import restarts_line, summary_rows
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 display = Display()
@@ -54,6 +54,17 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
+    @staticmethod
+    def _pending(task_vars, hosts, later):
+        """Hosts that have not had their turn yet: ``later`` (a later play of the playbook tunes them) or a later
+        serial batch of this play, unless this play already dropped them (failed, unreachable)."""
+        play_all = task_vars.get("ansible_play_hosts_all") or []
+        active = task_vars.get("ansible_play_hosts") or []
+        batch = task_vars.get("ansible_play_batch") or []
+        dropped = set(play_all) - set(active)
+        return {host for host in hosts if host not in dropped
+                and (host in later or (host in active and host not in batch))}
+
     def run(self, tmp=None, task_vars=None):
         super(ActionModule, self).run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
@@ -63,7 +74,7 @@ class ActionModule(ActionBase):
         for host in hosts:
             outcome = hostvars[host].get(args["result_var"]) if host in hostvars else None
             outcomes[host] = plain(dict(outcome)) if outcome is not None else None
-        rows = summary_rows(outcomes, pending=set(args["pending"]))
+        rows = summary_rows(outcomes, pending=self._pending(task_vars, hosts, set(args["pending"])))
         path = os.path.join(args["report_dir"], "summary.json")
         changed = False
         # A run in which no host got as far as the tuner (bad input, nothing reachable) keeps the last summary.
@@ -79,5 +90,6 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail("cannot write %s: %s" % (path, exc))
         for row in rows:
             display.display(row["line"])
+        display.display(restarts_line(rows))
         display.display("reports: %s" % args["report_dir"])
         return {"changed": changed, "rows": rows, "path": path if rows else None}

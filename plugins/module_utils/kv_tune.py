@@ -36,6 +36,7 @@ _OOM_KINDS = ("capture_oom", "runtime_oom")
 _FATAL_KINDS = ("unbalanced_memory", "nccl_error", "weights_oom")
 # SGLang refuses to start when a rank has less than 90% of the most free memory (get_available_gpu_memory).
 BALANCE = 0.9
+STRATEGIES = ("per_host", "per_class")
 
 
 class TuneError(checks.InvalidInput):
@@ -95,6 +96,13 @@ def check_settings(raw):
     settings["stress_fill_ratio"] = num("stress_fill_ratio")
     need(0 < settings["stress_fill_ratio"] <= 1,
          "kv_tune_stress_fill_ratio must lie in (0, 1] (got %s)." % raw["stress_fill_ratio"])
+    settings["strategy"] = str(raw.get("strategy") or "per_host")
+    need(settings["strategy"] in STRATEGIES, "kv_tune_strategy must be one of %s (got '%s')."
+         % (", ".join(STRATEGIES), settings["strategy"]))
+    settings["class_margin_steps"] = num("class_margin_steps", int) if raw.get("class_margin_steps") is not None else 1
+    need(0 <= settings["class_margin_steps"] <= 20,
+         "kv_tune_class_margin_steps must be a whole number of grid steps in [0, 20] (got %s)."
+         % raw.get("class_margin_steps"))
     return settings
 
 
@@ -195,6 +203,78 @@ def plan_start(info, host, unit, force=False, check_mode=False, run_id=None):
         return {"do": "refuse", "msg": "%s would be tuned (%s), but %s." % (unit, reason, imbalance)}
     return {"do": "tune", "why": reason, "dry_run": bool(check_mode),
             "line": "%s: %s would be tuned (%s); check mode restarts nothing." % (host, unit, reason)}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# kv_tune_strategy: per_class
+# --------------------------------------------------------------------------------------------------------------
+
+def class_plan(probes, hosts, force=False):
+    """Who searches and who verifies, per class of identical fingerprints (GPUs, driver, SGLang, model, memory
+    arguments: the fingerprint hash). ``probes``: host -> what kv_tune said in check mode (``status``,
+    ``fingerprint_hash``, ``pin``; None or failed: no answer); ``hosts``: the play's hosts in inventory order.
+    Returns host -> ``{"role", "class", "canary", "value", "why"}``:
+
+    - ``canary``: the first host of its class that must be tuned searches for the class (``value`` None);
+    - ``member``: verifies the class's value with one restart under the load; ``canary`` names the host whose tune
+      gives it, or ``value`` is already known: a host of the class holds a pin of this very fingerprint (status
+      ``unchanged``). Hosts whose pin holds are members too: they are not tuned at all;
+    - ``alone``: no fingerprint (no answer, a unit that cannot be read): its own search, if any.
+    ``force`` (kv_tune_force): no pin counts, every class gets a canary."""
+    plan, classes = {}, {}
+    for host in hosts:
+        probe = probes.get(host) or {}
+        key = probe.get("fingerprint_hash")
+        if not key or probe.get("failed"):
+            plan[host] = {"role": "alone", "class": None, "canary": None, "value": None,
+                          "why": "no fingerprint: %s" % (probe.get("msg") or "the host did not answer")}
+            continue
+        classes.setdefault(key, []).append(host)
+    for key, members in classes.items():
+        pinned = [] if force else [host for host in members if probes[host].get("status") == "unchanged"
+                                   and (probes[host].get("pin") or {}).get("mem_fraction_static") is not None]
+        label = key[:12]
+        if pinned:
+            source = pinned[0]
+            value = probes[source]["pin"]["mem_fraction_static"]
+            for host in members:
+                plan[host] = {"role": "member", "class": label, "canary": None, "value": value,
+                              "why": "%s holds the class's pin %s" % (source, value)}
+            continue
+        canary = members[0]
+        for host in members:
+            plan[host] = {"role": "canary" if host == canary else "member", "class": label, "value": None,
+                          "canary": None if host == canary else canary,
+                          "why": "searches for %d host(s) of class %s" % (len(members), label) if host == canary
+                          else "verifies the value of %s, the canary of class %s" % (canary, label)}
+    return plan
+
+
+def class_value(entry, canary_outcome=None):
+    """The value a member of a class verifies (before the margin), or None: its own search. ``entry``: its
+    class_plan entry; ``canary_outcome``: what the canary's kv_tune returned (None: it did not run or answer)."""
+    if not entry or entry.get("role") != "member":
+        return None
+    if entry.get("value") is not None:
+        return entry["value"]
+    res = canary_outcome or {}
+    if res.get("status") == "tuned" and res.get("result"):
+        return res["result"]["after"]["mem_fraction_static"]
+    if res.get("status") == "unchanged" and res.get("pin"):
+        return res["pin"].get("mem_fraction_static")
+    return None
+
+
+def verify_value(value, settings):
+    """The class's value less the margin, on the grid and at most the cap: what a member runs under the load.
+
+    The margin (kv_tune_class_margin_steps grid steps, one by default) absorbs what differs between hosts of one
+    fingerprint without being in it (CUDA context and driver reservations, a few MiB to a few hundred): one step is
+    0.47 GiB per GPU on a 96 GB card and 0.7 GiB on an H200. Anything larger fails the verification, which runs the
+    same load as a search trial; the host then searches on its own."""
+    res = settings["resolution"]
+    lowered = kv_search.grid_down(value + kv_search.TOLERANCE, res) - settings["class_margin_steps"] * res
+    return min(kv_search.grid_down(lowered + kv_search.TOLERANCE, res), kv_search.grid_down(settings["cap"], res))
 
 
 def failed_start(boot, unit, value_text):
@@ -351,13 +431,15 @@ class Tuner(object):
     step it returned last (see the module docstring for the steps and :meth:`advance` for the observations)."""
 
     def __init__(self, host, settings, reason, running_value, boot, fingerprint, fingerprint_hash, lower_bound=None,
-                 invocation_id=None, start=None):
+                 invocation_id=None, start=None, verify=None):
         """``running_value``: the --mem-fraction-static the server runs now (its command line, else the startup
         log's), its last-known-good value; ``boot``: the startup facts of the running server (of the failed start,
         when the last-known-good value no longer starts); ``lower_bound``: the formula's lowest viable value (None:
         anything that starts), the caller's from the model and the boot; ``invocation_id``: the start of the running
         server (a measurement in place must be of that start); ``start``: where to start when not kv_tune_start or
-        the running value (the last-known-good value no longer starts: a safe start)."""
+        the running value (the last-known-good value no longer starts: a safe start); ``verify``: the value of the
+        host's class (kv_tune_strategy per_class) less the margin: it is tried first, and when it holds the load with
+        the margin it is pinned at once; when it does not, the search goes on from it as a search of its own."""
         self.host = host
         self.s = settings
         self.reason = reason
@@ -369,7 +451,8 @@ class Tuner(object):
                        "text": None if running_value is None else _text(running_value, settings["resolution"])}
         self.lkg = running_value            # the value the host returns to: running at the start, then each commit
         self.invocation_id = invocation_id
-        self.start = settings["start"] if settings["start"] is not None else (
+        self.verify = verify
+        self.start = verify if verify is not None else settings["start"] if settings["start"] is not None else (
             start if start is not None else running_value)
         if self.start is None:
             raise TuneError("%s: cannot start the search: the server's command line has no --mem-fraction-static and "
@@ -383,6 +466,7 @@ class Tuner(object):
             raise TuneError("%s: kv_tune_safety_gib (%s GiB) is not below the memory left after the weights load (%.2f "
                             "GiB per GPU): no value of --mem-fraction-static can keep that much free. Nothing was "
                             "restarted." % (host, settings["safety_gib"], after_weights))
+        self.verified = None                # per_class: whether the class's value held (None: not tried)
         self.state = None                   # kv_search's, from the first boot that says P
         self.trials = []
         self.restarts = 0
@@ -459,6 +543,12 @@ class Tuner(object):
             "growth": growth(boot), "oom_deficit_gib": oom_deficit_gib(boot),
             "pre_load_free_gib": boot.get("pre_load_free_gib"), "post_load_free_gib": boot.get("post_load_free_gib")})
         record["next"] = kv_search.next_trial(self.state)
+        if self.verified is None and self.verify is not None:
+            # The class's value held (or not) on this host: done, or a search of its own from here.
+            self.verified = outcome == "stable" and kv_search.same_value(kv_search.best(self.state) or 0, step["value"])
+            if self.verified:
+                kv_search.stop(self.state, "the class's value held the load with the margin")
+                record["next"] = None
         if outcome == "stable" and kv_search.same_value(kv_search.best(self.state) or 0, step["value"]):
             self.lkg = step["value"]
             return self._go({"do": "commit", "value": step["value"], "text": step["text"]})
@@ -587,6 +677,11 @@ class Tuner(object):
                    (" (%s)" % t["why"]) if t["outcome"] != "stable" and t["why"] else "", tail))
 
     def start_line(self):
+        if self.verify is not None:
+            return ("%s: verifying %s on %s (%s), its class's value less %d grid step(s), under the load; its own "
+                    "search if it does not hold (at most %d trials)." % (
+                        self.host, self.text(self.verify), self.s["unit"], self.reason, self.s["class_margin_steps"],
+                        self.s["budget"]))
         return ("%s: tuning %s (%s) from %s, cap %s, resolution %s, safety %s GiB, at most %d trials."
                 % (self.host, self.s["unit"], self.reason, self.text(self.start), self.s["cap"], self.s["resolution"],
                    self.s["safety_gib"], self.s["budget"]))
@@ -609,6 +704,7 @@ class Tuner(object):
                 "cap", "resolution", "safety_gib", "budget", "min_tokens", "stress_duration", "stress_fill_ratio")},
             "versions": versions, "fingerprint": self.fingerprint, "fingerprint_hash": self.fingerprint_hash,
             "started": started, "time": finished,
+            "verify": None if self.verify is None else {"value": self.verify, "held": bool(self.verified)},
         }
 
     def fact_entry(self, finished):
@@ -652,6 +748,10 @@ def result_line(result):
         gain = " (%+.0f%%)" % (100.0 * (after["tokens"] - before["tokens"]) / before["tokens"])
     note = {"tuned": "", "no_stable_value": " (NO STABLE VALUE: last-known-good kept)"}.get(
         result["status"], " (FAILED: %s)" % result.get("error"))
+    verify = result.get("verify")
+    if verify:
+        note += (", the class's value held" if verify["held"] else
+                 ", the class's value %s did not hold: searched on its own" % _text(verify["value"], resolution))
     return ("%s: %s -> %s, KV %s -> %s tokens%s, %d restart%s%s"
             % (result["host"], _text(before.get("mem_fraction_static"), resolution, before.get("text")),
                _text(after.get("mem_fraction_static"), resolution, after.get("text")), _count(before.get("tokens")),
@@ -680,10 +780,12 @@ def summary_rows(outcomes, pending=()):
                                     _count(pin.get("tokens")), pin.get("time", "?"))})
         elif status in ("tuned", "no_stable_value", "failed") and res.get("result"):
             result = res["result"]
+            verify = result.get("verify")
             rows.append({"host": host, "status": status, "before": result["before"]["mem_fraction_static"],
                          "after": result["after"]["mem_fraction_static"], "tokens_before": result["before"]["tokens"],
                          "tokens_after": result["after"]["tokens"], "restarts": result["restarts"],
-                         "tuned_at": result["time"], "line": result_line(result)})
+                         "tuned_at": result["time"], "line": result_line(result),
+                         "search": "search" if verify is None else "verified" if verify["held"] else "fallback"})
         elif status in ("reset", "would_reset"):
             rows.append({"host": host, "status": status, "line": res.get("line")})
         elif status == "would_tune":
@@ -695,6 +797,21 @@ def summary_rows(outcomes, pending=()):
                          "error": why, "line": "%s: NOT TUNED (%s; left on its last-known-good value)"
                                                % (host, why or "failed or unreachable")})
     return rows
+
+
+def restarts_line(rows):
+    """What the run cost: ``restarts: 7 in all (searches 4 on 2 hosts, verifications 3 on 3 hosts, ...)``."""
+    spent = {}
+    for row in rows:
+        if row.get("restarts") is not None and row["status"] != "unchanged":
+            kind = {"search": "searches", "verified": "verifications", "fallback": "failed verifications and "
+                    "searches"}[row.get("search", "search")]
+            count, hosts = spent.get(kind, (0, 0))
+            spent[kind] = (count + row["restarts"], hosts + 1)
+    total = sum(count for count, _hosts in spent.values())
+    parts = ["%s %d on %d host%s" % (kind, count, hosts, "" if hosts == 1 else "s")
+             for kind, (count, hosts) in sorted(spent.items())]
+    return "restarts: %d in all%s" % (total, " (%s)" % ", ".join(parts) if parts else "")
 
 
 # --------------------------------------------------------------------------------------------------------------

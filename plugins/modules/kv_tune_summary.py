@@ -14,11 +14,14 @@ description:
   - An action plugin that runs on the controller. It reads the result each host of O(hosts) registered from
     M(llmserve.sglang.kv_tune) (as O(result_var)) and prints one line per host.
   - It writes the rows to C(summary.json) in O(report_dir), and changes nothing when the file already holds them.
-  - A host whose pin held keeps what its last tune found (value, tokens, when). A host without a result (it could
-    not be reached, or failed before the tune) is named as not tuned, left on its last-known-good value.
+  - A host whose pin held keeps what its last tune found (value, tokens, when). A host without a result is named as
+    not started when it has not had its turn (it is in O(pending), or in a later serial batch of this play), else as
+    not tuned (it could not be reached, or failed before the tune), left on its last-known-good value.
+  - Run it once at the end of every serial batch (C(run_once), in an C(always) section): Ansible ends the whole
+    playbook at a batch that exceeds C(max_fail_percentage), so a summary play after the tuning play would not run.
 options:
   hosts:
-    description: The hosts of the tuning play; V(localhost) is skipped.
+    description: The hosts of the run (of every tuning play of the playbook); V(localhost) is skipped.
     type: list
     elements: str
     required: true
@@ -32,8 +35,8 @@ options:
     default: kv_tune_outcome
   pending:
     description:
-      - Hosts of O(hosts) whose serial batch has not run yet; without a result they are named as not started rather
-        than as failed. In a play with C(serial), V({{ ansible_play_hosts | difference(ansible_play_batch) }}).
+      - Hosts that a later play of the playbook tunes; without a result they are named as not started. Hosts of a
+        later serial batch of this play are named so without it.
     type: list
     elements: str
     default: []
@@ -65,7 +68,6 @@ EXAMPLES = r"""
 - name: At the end of each serial batch, once, on the controller
   llmserve.sglang.kv_tune_summary:
     hosts: "{{ ansible_play_hosts_all }}"
-    pending: "{{ ansible_play_hosts | difference(ansible_play_batch) }}"
     report_dir: "{{ playbook_dir }}/kv_tune_reports"
   run_once: true
   delegate_to: localhost

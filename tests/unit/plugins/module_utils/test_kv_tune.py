@@ -29,7 +29,7 @@ def make_tuner(spec):
     boot = spec.get("boot", dict(BOOT, server_args={"mem_fraction_static": spec["running_value"]}))
     return kv_tune.Tuner("h1", settings, spec.get("reason", "never tuned"), spec["running_value"], boot, FP, "H",
                          lower_bound=spec.get("lower_bound"), invocation_id=spec.get("invocation_id", "I0"),
-                         start=spec.get("start"))
+                         start=spec.get("start"), verify=spec.get("verify"))
 
 
 def observation(raw, step):
@@ -349,3 +349,75 @@ def test_a_runs_own_lock_is_no_reason_to_refuse():
     info = dict(INFO, lock={"run_id": "1f2e3d4c", "live": True}, pin=None)
     assert kv_tune.plan_start(info, "h1", "sglang.service", run_id="1f2e3d4c")["do"] == "tune"
     assert kv_tune.plan_start(info, "h1", "sglang.service", run_id="9a8b7c6d")["do"] == "refuse"
+
+
+# --- kv_tune_strategy per_class -------------------------------------------------------------------------------------
+
+def probe(key, pinned=None, status="would_tune"):
+    pin = None if pinned is None else {"fingerprint_hash": key, "mem_fraction_static": pinned}
+    return {"fingerprint_hash": key, "pin": pin, "status": status}
+
+
+def test_one_canary_per_class_in_inventory_order():
+    plan = kv_tune.class_plan({"a1": probe("A" * 64), "b1": probe("B" * 64), "a2": probe("A" * 64),
+                               "a3": probe("A" * 64), "x": None, "b2": {"failed": True, "msg": "no unit"}},
+                              ["a1", "b1", "a2", "a3", "x", "b2"])
+    assert {host: entry["role"] for host, entry in plan.items()} == {
+        "a1": "canary", "a2": "member", "a3": "member", "b1": "canary", "x": "alone", "b2": "alone"}
+    assert plan["a3"]["canary"] == "a1" and plan["a3"]["class"] == "A" * 12 and plan["a1"]["canary"] is None
+    assert plan["b2"]["why"] == "no fingerprint: no unit"
+    assert "verifies the value of a1" in plan["a2"]["why"]
+
+
+def test_a_pin_of_the_same_fingerprint_needs_no_canary_unless_forced():
+    probes = {"a1": probe("A" * 64), "a2": probe("A" * 64, pinned=0.91, status="unchanged"),
+              "a3": probe("A" * 64, pinned=0.93)}
+    plan = kv_tune.class_plan(probes, ["a1", "a2", "a3"])
+    assert [plan[host]["role"] for host in ("a1", "a2", "a3")] == ["member"] * 3
+    assert {plan[host]["value"] for host in plan} == {0.91} and "a2 holds the class's pin 0.91" in plan["a1"]["why"]
+    forced = kv_tune.class_plan(probes, ["a1", "a2", "a3"], force=True)
+    assert [forced[host]["role"] for host in ("a1", "a2", "a3")] == ["canary", "member", "member"]
+
+
+@pytest.mark.parametrize("entry, outcome, expected", [
+    ({"role": "member", "canary": "a1", "value": None}, {"status": "tuned", "result": {"after": {"mem_fraction_static": 0.91}}}, 0.91),
+    ({"role": "member", "canary": "a1", "value": None}, {"status": "unchanged", "pin": {"mem_fraction_static": 0.9}}, 0.9),
+    ({"role": "member", "canary": "a1", "value": None}, {"status": "no_stable_value", "result": {}}, None),
+    ({"role": "member", "canary": "a1", "value": None}, None, None),
+    ({"role": "member", "canary": None, "value": 0.93}, None, 0.93),
+    ({"role": "canary", "canary": None, "value": None}, None, None),
+    (None, None, None),
+])
+def test_the_value_a_member_verifies(entry, outcome, expected):
+    assert kv_tune.class_value(entry, outcome) == expected
+
+
+@pytest.mark.parametrize("value, changes, expected", [
+    (0.91, {}, 0.905),
+    (0.91, {"class_margin_steps": 0}, 0.91),
+    (0.91, {"class_margin_steps": 3}, 0.895),
+    (0.9125, {}, 0.905),                       # an operator's off-grid pin: down to the grid, then the margin
+    (0.9125, {"resolution": 0.0005}, 0.912),
+    (0.99, {"cap": 0.95}, 0.95),
+])
+def test_the_margin_below_the_class_value(value, changes, expected):
+    settings = kv_tune.check_settings(dict(DEFAULT_SETTINGS, **changes))
+    assert kv_tune.verify_value(value, settings) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"strategy": "per_rack"}, "kv_tune_strategy must be one of per_host, per_class"),
+    ({"class_margin_steps": -1}, "kv_tune_class_margin_steps must be a whole number of grid steps"),
+])
+def test_bad_class_settings(changes, message):
+    with pytest.raises(kv_tune.TuneError, match=message):
+        kv_tune.check_settings(dict(DEFAULT_SETTINGS, **changes))
+
+
+def test_the_restarts_each_kind_of_tune_spent():
+    rows = [{"status": "tuned", "restarts": 2, "search": "search"}, {"status": "tuned", "restarts": 1, "search": "verified"},
+            {"status": "tuned", "restarts": 1, "search": "verified"}, {"status": "tuned", "restarts": 3, "search": "fallback"},
+            {"status": "unchanged", "restarts": 0}, {"status": "not tuned: its batch has not run"}]
+    assert kv_tune.restarts_line(rows) == ("restarts: 7 in all (failed verifications and searches 3 on 1 host, "
+                                           "searches 2 on 1 host, verifications 2 on 2 hosts)")
+    assert kv_tune.restarts_line([]) == "restarts: 0 in all"

@@ -1,0 +1,26 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""kv_tune_class_plan: canaries and members for kv_tune_strategy per_class. Documentation: kv_tune_class_plan.yml."""
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import class_plan
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
+
+
+def kv_tune_class_plan(hostvars, hosts, probe_var="kv_tune_probe", force=False):
+    """host -> {role, class, canary, value, why} from the kv_fingerprint result each host of ``hosts`` registered."""
+    if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
+        raise AnsibleFilterError("kv_tune_class_plan expects a list of hosts, got %s" % type(hosts).__name__)
+    probes = {}
+    for host in hosts:
+        found = hostvars[host].get(probe_var) if host in hostvars else None
+        probes[str(host)] = plain(dict(found)) if found is not None else None
+    return class_plan(probes, [str(host) for host in hosts], force=bool(force))
+
+
+class FilterModule:
+    def filters(self):
+        return {"kv_tune_class_plan": kv_tune_class_plan}
