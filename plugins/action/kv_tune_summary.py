@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -18,6 +17,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import restarts_line, summary_rows
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import write_if_changed
 
 display = Display()
 
@@ -27,27 +27,6 @@ ARGUMENT_SPEC = dict(
     result_var=dict(type="str", default="kv_tune_outcome"),
     pending=dict(type="list", elements="str", default=[]),
 )
-
-
-def write_if_changed(path, text, check_mode=False):
-    """Write ``text`` to ``path`` atomically unless it holds it already (in check mode: only say so); whether it
-    wrote (would write)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            if handle.read() == text:
-                return False
-    except FileNotFoundError:
-        pass
-    if check_mode:
-        return True
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=directory, prefix=".summary.")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return True
 
 
 class ActionModule(ActionBase):

@@ -139,6 +139,19 @@ def test_data_parallel_replicas_each_log_their_pool(make_sim):
     assert status == 200 and len(info["internal_states"]) == 2
 
 
+def test_faults_for_an_sglang_version_spare_the_others(make_sim):
+    """faults.for_sglang_versions: a crash at startup hits servers of the listed SGLang versions only (a release that
+    does not start on a host, which a rollout must roll back)."""
+    faults = {"crash_at_startup": True, "for_sglang_versions": ["0.5.10"]}
+    old = make_sim("field", faults=faults, sglang_version="0.5.9").start(simlib.launch_args("field"))
+    assert old.wait_ready(), old.log
+    old.stop()
+    new = make_sim("field", faults=faults, sglang_version="0.5.10").start(simlib.launch_args("field"))
+    assert new.wait_exit(30) not in (None, 0)
+    assert "RuntimeError: CUDA error: an illegal memory access was encountered" in new.log
+    assert "Received sigquit from a child process." in new.log
+
+
 def test_faults_from_a_value_up_spare_the_lower_values(make_sim):
     """faults.from_mem_fraction_static: the hang hits servers started at 0.9 and above only (the tuner's fault
     tests back off from such a value to the last-known-good one below it)."""

@@ -52,11 +52,13 @@ DEFAULT_MEMORY = {
     "allocator_fragmentation": 0.05,
 }
 
-DEFAULT_FAULTS = {"hang_at_startup": False, "crash_after_requests": None, "slow_start_s": 0,
-                  "gpu_occupied_mib": {}, "from_mem_fraction_static": None, "argv0": None}
+DEFAULT_FAULTS = {"hang_at_startup": False, "crash_at_startup": False, "crash_after_requests": None, "slow_start_s": 0,
+                  "gpu_occupied_mib": {}, "from_mem_fraction_static": None, "for_sglang_versions": None,
+                  "argv0": None}
 # The faults of the server process; from_mem_fraction_static limits them to servers started at that value or above
-# (a value that hangs or crashes while lower ones work: what the tuner must back off from).
-SERVER_FAULTS = ("hang_at_startup", "crash_after_requests", "slow_start_s")
+# (a value that hangs or crashes while lower ones work: what the tuner must back off from), for_sglang_versions to
+# servers of those SGLang versions (a release that does not start on this host: what a rollout must roll back).
+SERVER_FAULTS = ("hang_at_startup", "crash_at_startup", "crash_after_requests", "slow_start_s")
 
 # PCI bus ids of a typical 8-GPU server (HGX board), in index order.
 _BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
@@ -186,9 +188,12 @@ class Host:
     # -- per GPU ---------------------------------------------------------------------------------------------
 
     def server_faults(self, mem_fraction_static) -> dict:
-        """The faults of a server started at ``mem_fraction_static``: none below faults.from_mem_fraction_static."""
+        """The faults of a server started at ``mem_fraction_static``: none below faults.from_mem_fraction_static,
+        none when faults.for_sglang_versions does not list the SGLang version this host runs."""
         gate = self.faults.get("from_mem_fraction_static")
-        if gate is not None and mem_fraction_static is not None and float(mem_fraction_static) < float(gate):
+        versions = self.faults.get("for_sglang_versions")
+        if (gate is not None and mem_fraction_static is not None and float(mem_fraction_static) < float(gate)) \
+                or (versions is not None and self.sglang_version not in [str(v) for v in versions]):
             return dict(self.faults, **{key: DEFAULT_FAULTS[key] for key in SERVER_FAULTS})
         return dict(self.faults)
 

@@ -195,6 +195,10 @@ class Process:
         if self.faults.get("hang_at_startup"):
             while True:
                 time.sleep(3600)
+        if self.faults.get("crash_at_startup"):
+            self.log.traceback(plan.ranks[0].tag, logs.SCHEDULER_INIT + logs.STEP_FRAMES["weights"],
+                               "RuntimeError: CUDA error: an illegal memory access was encountered")
+            self.fatal()
         load_started = time.time()
         self.sleep(model.total_size / (host.weight_load_gb_per_s * 1e9), 0.3)
         time.sleep(float(self.faults.get("slow_start_s") or 0))

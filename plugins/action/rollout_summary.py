@@ -1,0 +1,55 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet summary of a rollout, on the controller (documentation: plugins/modules/rollout_summary.py).
+
+The rows are module_utils/rollout.py's summary_rows; this file reads the hosts' recorded outcomes and writes
+rollout_summary.json on the controller itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.rollout import summary_rows
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import write_if_changed
+
+display = Display()
+
+ARGUMENT_SPEC = dict(
+    hosts=dict(type="list", elements="str", required=True),
+    report_dir=dict(type="path", required=True),
+    result_var=dict(type="str", default="rollout_outcome"),
+    pending=dict(type="list", elements="str", default=[]),
+)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        super(ActionModule, self).run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        hostvars = task_vars.get("hostvars", {})
+        outcomes = {}
+        for host in args["hosts"]:
+            if host == "localhost":
+                continue
+            outcome = hostvars[host].get(args["result_var"]) if host in hostvars else None
+            outcomes[host] = plain(dict(outcome)) if outcome else None
+        rows = summary_rows(outcomes, pending=set(args["pending"]))
+        path = os.path.join(args["report_dir"], "rollout_summary.json")
+        try:
+            changed = write_if_changed(path, json.dumps(rows, indent=4, sort_keys=True) + "\n", self._task.check_mode)
+        except OSError as exc:
+            raise AnsibleActionFail("cannot write %s: %s" % (path, exc))
+        for row in rows:
+            display.display(row["line"])
+        display.display("rollout summary: %s" % path)
+        return {"changed": changed, "rows": rows, "path": path}

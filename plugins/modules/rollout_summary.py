@@ -1,0 +1,83 @@
+#!/usr/bin/python
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: rollout_summary
+short_description: The fleet summary of a rollout, one row per host, written to rollout_summary.json on the controller
+version_added: 0.1.0
+author:
+  - llmserve.sglang contributors (@llmserve)
+description:
+  - An action plugin that runs on the controller. It reads the outcome each host of O(hosts) recorded in the rollout
+    role (as O(result_var)) and prints one line per host.
+  - It writes the rows to C(rollout_summary.json) in O(report_dir), and changes nothing when the file already holds
+    them.
+  - A host of a batch that has not run (O(pending)) is named as not started; a host without an outcome otherwise
+    (unreachable, or failed before the rollout began on it) as without outcome.
+options:
+  hosts:
+    description: The hosts of the rollout play; V(localhost) is skipped.
+    type: list
+    elements: str
+    required: true
+  report_dir:
+    description: The directory of the summary on the controller.
+    type: path
+    required: true
+  result_var:
+    description: The variable each host recorded its outcome in.
+    type: str
+    default: rollout_outcome
+  pending:
+    description:
+      - Hosts of O(hosts) whose serial batch has not run yet. In a play with C(serial),
+        V({{ ansible_play_hosts_all | difference(ansible_play_batch) }}) (hosts with an outcome are reported by it).
+    type: list
+    elements: str
+    default: []
+attributes:
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: In check mode it prints the rows and says whether rollout_summary.json would change, without writing it.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in diff mode).
+    support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+seealso:
+  - module: llmserve.sglang.kv_tune_summary
+"""
+
+EXAMPLES = r"""
+- name: At the end of each serial batch, once, on the controller
+  llmserve.sglang.rollout_summary:
+    hosts: "{{ ansible_play_hosts_all }}"
+    pending: "{{ ansible_play_hosts_all | difference(ansible_play_batch) }}"
+    report_dir: "{{ playbook_dir }}/rollout_reports"
+  run_once: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+rows:
+  description: One row per host, in host order, with C(host), C(status) (V(upgraded), V(unchanged), V(rolled_back),
+    V(rollback_failed), V(not_upgraded), V(undrain_failed), V(not_started), V(unknown)) and C(line), and where known
+    C(phase), C(before), C(after) (SGLang and driver versions, model path), C(retune) and C(error).
+  returned: always
+  type: list
+  elements: dict
+path:
+  description: The summary file.
+  returned: always
+  type: str
+  sample: /home/ops/rollout_reports/rollout_summary.json
+"""

@@ -1,0 +1,150 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""playbooks/rollout.yml on three simulated hosts (prefix simroll), deployed by site.yml at SGLang 0.5.9 and tuned,
+upgraded to 0.5.10 with -e sglang_version=0.5.10: first with a release that crashes at startup on the canary (the
+simulator's crash_at_startup fault, for servers of 0.5.10 only), then without it.
+
+A fake load balancer on the controller (an HTTP server in this process) records the example drain/undrain hooks'
+calls. The tests run in file order and build on each other's state.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from test_collection_on_simhost import play
+from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
+from test_tune_kv_on_simhost import invocation, set_faults, ssh
+
+PREFIX = "simroll"
+PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b", f"{PREFIX}3": "field"}
+CANARY = f"{PREFIX}1"
+HOOKS = REPO / "playbooks" / "rollout_hooks"
+
+pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
+
+
+class LoadBalancer(ThreadingHTTPServer):
+    """Records POST /backends/<host>/<action>."""
+
+    def __init__(self):
+        self.calls = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(handler):  # noqa: N805  pylint: disable=no-self-argument
+                parts = handler.path.strip("/").split("/")
+                self.calls.append((parts[1], parts[2]))
+                handler.send_response(204)
+                handler.end_headers()
+
+            def log_message(handler, *args):  # noqa: N805  pylint: disable=no-self-argument
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    with sim_inventory(tmp_path_factory.mktemp("simroll"), PREFIX, list(PROFILES.values())) as inventory:
+        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
+        assert site.status == "successful", site.stdout[-5000:]
+        tune = play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
+                    extravars={"kv_tune_report_dir": str(tmp_path_factory.mktemp("simroll-tune")),
+                               "kv_tune_serial": "100%"})
+        assert tune.status == "successful", tune.stdout[-5000:]
+        yield inventory
+
+
+@pytest.fixture
+def lb():
+    server = LoadBalancer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def rollout(fleet: Path, reports: Path, lb: LoadBalancer, **extravars):
+    extravars = {"rollout_report_dir": str(reports), "kv_tune_report_dir": str(reports / "kv_tune"),
+                 "rollout_drain_tasks": str(HOOKS / "example_lb_drain.yml"),
+                 "rollout_undrain_tasks": str(HOOKS / "example_lb_undrain.yml"),
+                 "example_lb_url": "http://127.0.0.1:%d" % lb.server_address[1], **extravars}
+    return play(fleet, playbook=REPO / "playbooks" / "rollout.yml", extravars=extravars)
+
+
+def installed(host: str) -> str:
+    return ssh(host, "ls -d /opt/sglang/venv/lib/python3*/site-packages/sglang-*.dist-info").strip() \
+        .rsplit("sglang-", 1)[1].removesuffix(".dist-info")
+
+
+def served(host: str) -> str:
+    """The version the running server reports, after a real generation."""
+    out = ssh(host, "python3 -c \"import json, urllib.request; "
+                    "r = urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:30000/generate', "
+                    "data=json.dumps({'text': 'Hi', 'sampling_params': {'max_new_tokens': 1}}).encode(), "
+                    "headers={'Content-Type': 'application/json'}), timeout=30); assert r.status == 200; "
+                    "print(json.load(urllib.request.urlopen('http://127.0.0.1:30000/get_server_info'))['version'])\"")
+    return out.strip()
+
+
+def summary(reports: Path) -> dict:
+    return {row["host"]: row for row in json.loads((reports / "rollout_summary.json").read_text())}
+
+
+def test_a_release_that_crashes_on_the_canary_stops_the_rollout(fleet, tmp_path, lb):
+    started = {host: invocation(host) for host in PROFILES}
+    set_faults(CANARY, crash_at_startup=True, for_sglang_versions=["0.5.10"])
+    try:
+        run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10")
+    finally:
+        set_faults(CANARY)
+    assert run.status == "failed", run.stdout[-8000:]
+    # The others: untouched and serving 0.5.9, never drained.
+    for host in PROFILES:
+        if host != CANARY:
+            assert invocation(host) == started[host], host
+            assert installed(host) == "0.5.9" and served(host) == "0.5.9", host
+    assert all(call[0] == CANARY for call in lb.calls), lb.calls
+    # The canary: back on 0.5.9, serving, back in the load balancer, named in the summary and in its failure.
+    assert installed(CANARY) == "0.5.9" and served(CANARY) == "0.5.9"
+    assert lb.calls == [(CANARY, "drain"), (CANARY, "undrain")]
+    rows = summary(tmp_path)
+    assert rows[CANARY]["status"] == "rolled_back" and rows[CANARY]["phase"] == "upgrade", rows[CANARY]
+    assert rows[CANARY]["after"]["sglang"] == "0.5.9"
+    assert {rows[host]["status"] for host in PROFILES if host != CANARY} == {"not_started"}
+    assert "the upgrade (nvidia_driver, sglang, sglang_service) failed" in run.stdout
+    assert "back on SGLang 0.5.9" in run.stdout
+
+
+def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
+    run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10")
+    assert run.status == "successful", run.stdout[-8000:]
+    rows = summary(tmp_path)
+    for host in PROFILES:
+        assert installed(host) == "0.5.10" and served(host) == "0.5.10", host
+        assert rows[host]["status"] == "upgraded", rows[host]
+        assert (rows[host]["before"]["sglang"], rows[host]["after"]["sglang"]) == ("0.5.9", "0.5.10")
+        tuned = json.loads((tmp_path / "kv_tune" / f"{host}.json").read_text())
+        assert "versions.sglang" in tuned["why"], tuned["why"]
+        assert rows[host]["retune"] == "tuned"
+        # drained before the upgrade, back in after it, one host at a time (canary, then the batches)
+        assert lb.calls.count((host, "drain")) == 1 and lb.calls.count((host, "undrain")) == 1
+        assert lb.calls.index((host, "drain")) < lb.calls.index((host, "undrain"))
+    assert lb.calls[:2] == [(CANARY, "drain"), (CANARY, "undrain")]
+
+
+def test_a_second_rollout_changes_nothing(fleet, tmp_path, lb):
+    started = {host: invocation(host) for host in PROFILES}
+    run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10", rollout_drain_tasks="", rollout_undrain_tasks="")
+    assert run.status == "successful", run.stdout[-8000:]
+    assert sum(run.stats.get("changed", {}).get(host, 0) for host in PROFILES) == 0, run.stats
+    assert {host: invocation(host) for host in PROFILES} == started
+    assert {row["status"] for row in summary(tmp_path).values()} == {"unchanged"}

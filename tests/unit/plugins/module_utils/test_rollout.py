@@ -1,0 +1,112 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""rollout: what a failure in each phase means for the host, its outcome and the fleet summary."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import rollout
+
+
+def fingerprint(sglang, driver="580.95.05", model="/models/field/model"):
+    return {"fingerprint": {"versions": {"sglang": sglang, "driver": driver, "cuda": "13.0"},
+                            "model": {"path": model, "config_sha256": "ab"}}}
+
+
+BEFORE, AFTER = fingerprint("0.5.9"), fingerprint("0.5.10")
+FAILURE = {"task": "Sglang service | Fail with the journal and the classified failure",
+           "msg": "sglang.service did not answer a real generation (unit_restarted after 3.1 s)"}
+
+
+@pytest.mark.parametrize("phase, roll_back, undrain", [
+    ("gate_before", False, False),
+    ("drain", False, True),
+    ("upgrade", True, True),
+    ("gate_after", True, True),
+    ("retune", True, True),
+    ("undrain", False, False),
+])
+def test_rescue_plan_by_phase(phase, roll_back, undrain):
+    plan = rollout.rescue_plan(phase, BEFORE)
+    assert plan["roll_back"] == roll_back and plan["undrain"] == undrain
+    assert plan["version"] == ("0.5.9" if roll_back else None)
+    assert plan["gate"] == (roll_back or undrain) and not plan["no_record"]
+
+
+def test_rescue_plan_without_a_recorded_version_rolls_nothing_back():
+    plan = rollout.rescue_plan("upgrade", None)
+    assert not plan["roll_back"] and plan["version"] is None and plan["no_record"]
+
+
+def test_unknown_phase_is_refused():
+    with pytest.raises(rollout.RolloutError, match="unknown rollout phase 'later'"):
+        rollout.rescue_plan("later")
+    with pytest.raises(rollout.RolloutError):
+        rollout.outcome("gpu1", "later")
+
+
+def test_done_upgraded_and_unchanged():
+    row = rollout.outcome("gpu1", "done", BEFORE, AFTER, retune={"status": "tuned", "why": "versions.sglang"})
+    assert row["status"] == "upgraded" and not row["failed"] and row["error"] is None
+    assert row["line"] == ("gpu1: SGLang 0.5.9, driver 580.95.05, model /models/field/model -> SGLang 0.5.10, "
+                           "driver 580.95.05, model /models/field/model; re-tune: tuned")
+    assert (row["before"]["sglang"], row["after"]["sglang"], row["retune"]) == ("0.5.9", "0.5.10", "tuned")
+    same = rollout.outcome("gpu1", "done", AFTER, AFTER, retune={"status": "unchanged"})
+    assert same["status"] == "unchanged" and same["line"].startswith("gpu1: keeps SGLang 0.5.10")
+
+
+def test_failed_upgrade_rolled_back_and_serving():
+    plan = rollout.rescue_plan("upgrade", BEFORE)
+    row = rollout.outcome("gpu1", "upgrade", BEFORE, BEFORE, failure=FAILURE, plan=plan, gate={"ready": True})
+    assert row["status"] == "rolled_back" and row["failed"]
+    assert row["msg"].startswith("gpu1: the upgrade (nvidia_driver, sglang, sglang_service) failed (task 'Sglang "
+                                 "service | Fail with the journal and the classified failure'): sglang.service did "
+                                 "not answer")
+    assert row["msg"].endswith("rolled back: back on SGLang 0.5.9, driver 580.95.05, model /models/field/model and "
+                               "serving.")
+    assert row["line"].startswith("gpu1: FAILED in upgrade; rolled back")
+
+
+def test_roll_back_that_does_not_serve_or_fails():
+    plan = rollout.rescue_plan("gate_after", BEFORE)
+    row = rollout.outcome("gpu1", "gate_after", BEFORE, BEFORE, failure=FAILURE, plan=plan,
+                          gate={"ready": False, "reason": "unit_failed"})
+    assert row["status"] == "rollback_failed" and "NOT serving" in row["msg"] and "unit_failed" in row["msg"]
+    row = rollout.outcome("gpu1", "retune", BEFORE, AFTER, failure=FAILURE, plan=rollout.rescue_plan("retune", BEFORE),
+                          rollback={"failed": True, "msg": "pip: no matching distribution"})
+    assert row["status"] == "rollback_failed" and "roll-back to SGLang 0.5.9 failed too (pip" in row["msg"]
+
+
+def test_failures_before_the_upgrade_and_in_the_undrain_hook():
+    row = rollout.outcome("gpu1", "gate_before", None, None, failure={"msg": "timeout"},
+                          plan=rollout.rescue_plan("gate_before", None))
+    assert row["status"] == "not_upgraded" and "did not serve before the upgrade" in row["msg"]
+    assert row["before"] == {"sglang": None, "driver": None, "model": None}
+    row = rollout.outcome("gpu1", "drain", BEFORE, None, failure={"msg": "HTTP 500"},
+                          plan=rollout.rescue_plan("drain", BEFORE), gate={"ready": True})
+    assert row["status"] == "not_upgraded" and "still on SGLang 0.5.9" in row["msg"] and "NOT" not in row["msg"]
+    assert row["after"]["sglang"] == "0.5.9"
+    row = rollout.outcome("gpu1", "undrain", BEFORE, AFTER, failure={"msg": "HTTP 500"},
+                          plan=rollout.rescue_plan("undrain", BEFORE))
+    assert row["status"] == "undrain_failed" and "upgraded to SGLang 0.5.10" in row["msg"] and "drained" in row["msg"]
+
+
+def test_no_recorded_version_says_so():
+    row = rollout.outcome("gpu1", "upgrade", None, AFTER, failure=FAILURE, plan=rollout.rescue_plan("upgrade", None))
+    assert row["status"] == "rollback_failed" and "no SGLang version was recorded" in row["msg"]
+
+
+def test_long_failure_messages_are_shortened():
+    row = rollout.outcome("gpu1", "upgrade", BEFORE, BEFORE, failure={"msg": "journal line\n" * 200},
+                          plan=rollout.rescue_plan("upgrade", BEFORE), gate={"ready": True})
+    assert len(row["error"]) < 500 and "\n" not in row["error"] and row["error"].endswith("...")
+
+
+def test_summary_rows():
+    done = rollout.outcome("gpu1", "done", BEFORE, AFTER)
+    rows = rollout.summary_rows({"gpu2": None, "gpu1": done, "gpu3": None}, pending={"gpu3"})
+    assert [row["host"] for row in rows] == ["gpu1", "gpu2", "gpu3"]
+    assert rows[0]["status"] == "upgraded" and rows[0]["after"]["sglang"] == "0.5.10" and "msg" not in rows[0]
+    assert rows[1]["status"] == "unknown" and "NO OUTCOME" in rows[1]["line"]
+    assert rows[2]["status"] == "not_started" and "NOT STARTED" in rows[2]["line"]
