@@ -17,8 +17,9 @@ description:
   - A host whose pin held keeps what its last tune found (value, tokens, when). A host without a result is named as
     not started when it has not had its turn (it is in O(pending), or in a later serial batch of this play), else as
     not tuned (it could not be reached, or failed before the tune), left on its last-known-good value.
-  - Run it once at the end of every serial batch (C(run_once), in an C(always) section): Ansible ends the whole
-    playbook at a batch that exceeds C(max_fail_percentage), so a summary play after the tuning play would not run.
+  - Run it once at the end of every serial batch (C(run_once), in an C(always) section), because Ansible ends the
+    whole playbook at a batch that exceeds C(max_fail_percentage) and a summary play after the tuning play would
+    not run.
 options:
   hosts:
     description: The hosts of the run (of every tuning play of the playbook); V(localhost) is skipped.
