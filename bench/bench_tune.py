@@ -61,8 +61,10 @@ def timed(argv):
 
 
 def playbook(inventory, name, reports):
+    # All four hosts at once, as before the canary batches became the default: the bench measures the tuner, and
+    # a re-run with nothing to do never reaches the batches.
     return timed([str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / name),
-                  "-e", f"kv_tune_report_dir={reports}"])
+                  "-e", f"kv_tune_report_dir={reports}", "-e", '{"kv_tune_serial": "100%"}'])
 
 
 def trial_free(trial):

@@ -89,6 +89,10 @@ def test_per_host_searches_every_host(fleet, tmp_path):
 
 
 def test_per_class_searches_one_canary_per_class_and_verifies_the_others(fleet, tmp_path, measured):
+    # From where per_host started: every unit on its base value again (a member already on the class's value would
+    # be verified in place, without a restart).
+    reset, _wall = tune_fleet(fleet, tmp_path / "reset", kv_tune_reset=True)
+    assert reset.status == "successful", reset.stdout[-5000:]
     run, wall = tune_fleet(fleet, tmp_path, kv_tune_force=True, kv_tune_start=START, kv_tune_strategy="per_class")
     assert run.status == "successful", run.stdout[-8000:]
     results = {host: report(tmp_path, host) for host in HOSTS}

@@ -115,7 +115,7 @@ def test_a_release_that_crashes_on_the_canary_stops_the_rollout(fleet, tmp_path,
     assert all(call[0] == CANARY for call in lb.calls), lb.calls
     # The canary: back on 0.5.9, serving, back in the load balancer, named in the summary and in its failure.
     assert installed(CANARY) == "0.5.9" and served(CANARY) == "0.5.9"
-    assert lb.calls == [(CANARY, "drain"), (CANARY, "undrain")]
+    assert lb.calls == [(CANARY, "drain"), (CANARY, "undrain")], run.stdout[-8000:]
     rows = summary(tmp_path)
     assert rows[CANARY]["status"] == "rolled_back" and rows[CANARY]["phase"] == "upgrade", rows[CANARY]
     assert rows[CANARY]["after"]["sglang"] == "0.5.9"

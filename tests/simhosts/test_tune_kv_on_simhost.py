@@ -274,19 +274,24 @@ def test_an_unreachable_host_is_reported_and_the_others_proceed(fleet, tmp_path)
 
 
 def test_a_failed_canary_stops_the_run_before_any_other_host(fleet, tmp_path):
-    """The default batches: one host, then a quarter at a time; max_fail_percentage 0 stops at the failed canary."""
-    inventory = tmp_path / "inventory"
-    shutil.copytree(fleet / "group_vars", inventory / "group_vars")
-    hosts = yaml.safe_load((fleet / "hosts.yml").read_text())
-    hosts["sim"]["hosts"] = {"gone1": {"ansible_host": "198.18.250.2", "sim_profile": "field"}, **hosts["sim"]["hosts"]}
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    """The default batches: one host, then a quarter at a time; max_fail_percentage 0 ends the run at the canary's
+    batch when its tune fails (here: its only trial hangs at startup), and no other host restarts."""
+    lkg = fact(FIELD)["mem_fraction_static"]
     started = {host: invocation(host) for host in PROFILES}
-    run = play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
-               extravars={"kv_tune_report_dir": str(tmp_path / "reports"), "ansible_ssh_timeout": 5,
-                          "kv_tune_force": True})
-    assert run.status == "failed" and run.stats.get("dark", {}).get("gone1"), run.stats
-    assert not any(host in run.stats.get("ok", {}) for host in PROFILES), run.stats    # never reached
-    assert {host: invocation(host) for host in PROFILES} == started
+    set_faults(FIELD, hang_at_startup=True, from_mem_fraction_static=lkg + 0.004)
+    try:
+        run = tune(fleet, tmp_path, kv_tune_force=True, kv_tune_start=round(lkg + 0.01, 3), kv_tune_budget=1,
+                   kv_tune_ready_timeout=8)
+    finally:
+        set_faults(FIELD)
+    assert run.status == "failed", run.stdout[-8000:]
+    assert {host: invocation(host) for host in PROFILES if host != FIELD} == {
+        host: value for host, value in started.items() if host != FIELD}
+    assert running_fraction(FIELD) == pytest.approx(lkg)
+    summary = {row["host"]: row for row in json.loads((tmp_path / "summary.json").read_text())}
+    assert summary[FIELD]["status"] == "no_stable_value", summary[FIELD]
+    assert {summary[host]["status"] for host in PROFILES if host != FIELD} == {"not tuned: its batch has not run"}
+    assert "NOT STARTED" in run.stdout
 
 
 # --- bad input: a clear error, nothing restarted -----------------------------------------------------------------
