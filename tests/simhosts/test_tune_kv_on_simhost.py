@@ -47,7 +47,8 @@ def fleet(tmp_path_factory):
 
 
 def tune(fleet: Path, reports: Path, limit: str | None = None, cmdline: str | None = None, **extravars):
-    extravars = {"kv_tune_report_dir": str(reports), **extravars}
+    # All hosts at once: these tests are about each host's tune (test_a_failed_canary_... runs the default batches).
+    extravars = {"kv_tune_report_dir": str(reports), "kv_tune_serial": "100%", **extravars}
     if limit:
         extravars["kv_tune_hosts"] = limit
     return play(fleet, playbook=REPO / "playbooks" / "tune_kv.yml", extravars=extravars, cmdline=cmdline)
@@ -280,8 +281,9 @@ def test_a_failed_canary_stops_the_run_before_any_other_host(fleet, tmp_path):
     started = {host: invocation(host) for host in PROFILES}
     set_faults(FIELD, hang_at_startup=True, from_mem_fraction_static=lkg + 0.004)
     try:
-        run = tune(fleet, tmp_path, kv_tune_force=True, kv_tune_start=round(lkg + 0.01, 3), kv_tune_budget=1,
-                   kv_tune_ready_timeout=8)
+        run = play(fleet, playbook=REPO / "playbooks" / "tune_kv.yml", extravars={
+            "kv_tune_report_dir": str(tmp_path), "kv_tune_force": True, "kv_tune_start": round(lkg + 0.01, 3),
+            "kv_tune_budget": 1, "kv_tune_ready_timeout": 8})
     finally:
         set_faults(FIELD)
     assert run.status == "failed", run.stdout[-8000:]
