@@ -8,16 +8,17 @@ summary.json on the controller itself (no module process: a no-op run of tune_kv
 """
 from __future__ import annotations
 
-import json
 import os
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import restarts_line, summary_rows
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import write_if_changed
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
+    pending_hosts,
+    registered_outcomes,
+    write_summary,
+)
 
 display = Display()
 
@@ -33,27 +34,11 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    @staticmethod
-    def _pending(task_vars, hosts, later):
-        """Hosts that have not had their turn yet: ``later`` (a later play of the playbook tunes them) or a later
-        serial batch of this play, unless this play already dropped them (failed, unreachable)."""
-        play_all = task_vars.get("ansible_play_hosts_all") or []
-        active = task_vars.get("ansible_play_hosts") or []
-        batch = task_vars.get("ansible_play_batch") or []
-        dropped = set(play_all) - set(active)
-        return {host for host in hosts if host not in dropped
-                and (host in later or (host in active and host not in batch))}
-
     def run(self, tmp=None, task_vars=None):
         super(ActionModule, self).run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        hostvars = task_vars.get("hostvars", {})
-        hosts = [host for host in args["hosts"] if host != "localhost"]
-        outcomes = {}
-        for host in hosts:
-            outcome = hostvars[host].get(args["result_var"]) if host in hostvars else None
-            outcomes[host] = plain(dict(outcome)) if outcome is not None else None
-        rows = summary_rows(outcomes, pending=self._pending(task_vars, hosts, set(args["pending"])))
+        outcomes = registered_outcomes(task_vars.get("hostvars", {}), args["hosts"], args["result_var"])
+        rows = summary_rows(outcomes, pending=pending_hosts(task_vars, outcomes, set(args["pending"])))
         path = os.path.join(args["report_dir"], "summary.json")
         changed = False
         # A run in which no host got as far as the tuner (bad input, nothing reachable) keeps the last summary.
@@ -62,11 +47,7 @@ class ActionModule(ActionBase):
             display.display("no host reached the tuner: %s is left as it was" % path)
             path = None
         elif rows:
-            try:
-                changed = write_if_changed(path, json.dumps(rows, indent=4, sort_keys=True) + "\n",
-                                           self._task.check_mode)
-            except OSError as exc:
-                raise AnsibleActionFail("cannot write %s: %s" % (path, exc))
+            changed = write_summary(path, rows, self._task.check_mode)
         for row in rows:
             display.display(row["line"])
         display.display(restarts_line(rows))

@@ -8,16 +8,17 @@ rollout_summary.json on the controller itself.
 """
 from __future__ import annotations
 
-import json
 import os
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.rollout import summary_rows
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import write_if_changed
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
+    pending_hosts,
+    registered_outcomes,
+    write_summary,
+)
 
 display = Display()
 
@@ -36,19 +37,10 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         super(ActionModule, self).run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        hostvars = task_vars.get("hostvars", {})
-        outcomes = {}
-        for host in args["hosts"]:
-            if host == "localhost":
-                continue
-            outcome = hostvars[host].get(args["result_var"]) if host in hostvars else None
-            outcomes[host] = plain(dict(outcome)) if outcome else None
-        rows = summary_rows(outcomes, pending=set(args["pending"]))
+        outcomes = registered_outcomes(task_vars.get("hostvars", {}), args["hosts"], args["result_var"])
+        rows = summary_rows(outcomes, pending=pending_hosts(task_vars, outcomes, set(args["pending"])))
         path = os.path.join(args["report_dir"], "rollout_summary.json")
-        try:
-            changed = write_if_changed(path, json.dumps(rows, indent=4, sort_keys=True) + "\n", self._task.check_mode)
-        except OSError as exc:
-            raise AnsibleActionFail("cannot write %s: %s" % (path, exc))
+        changed = write_summary(path, rows, self._task.check_mode)
         for row in rows:
             display.display(row["line"])
         display.display("rollout summary: %s" % path)

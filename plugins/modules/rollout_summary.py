@@ -15,8 +15,9 @@ description:
     role (as O(result_var)) and prints one line per host.
   - It writes the rows to C(rollout_summary.json) in O(report_dir), and changes nothing when the file already holds
     them.
-  - A host of a batch that has not run (O(pending)) is named as not started; a host without an outcome otherwise
-    (unreachable, or failed before the rollout began on it) as without outcome.
+  - A host without an outcome is named as not started when it has not had its turn (it is in O(pending), or in a
+    later serial batch of this play), else (unreachable, or failed before the rollout began on it) as without
+    outcome.
 options:
   hosts:
     description: The hosts of the rollout play; V(localhost) is skipped.
@@ -33,8 +34,8 @@ options:
     default: rollout_outcome
   pending:
     description:
-      - Hosts of O(hosts) whose serial batch has not run yet. In a play with C(serial),
-        V({{ ansible_play_hosts_all | difference(ansible_play_batch) }}) (hosts with an outcome are reported by it).
+      - Hosts that a later play of the playbook takes; without an outcome they are named as not started. Hosts of a
+        later serial batch of this play are named so without it.
     type: list
     elements: str
     default: []
@@ -61,7 +62,6 @@ EXAMPLES = r"""
 - name: At the end of each serial batch, once, on the controller
   llmserve.sglang.rollout_summary:
     hosts: "{{ ansible_play_hosts_all }}"
-    pending: "{{ ansible_play_hosts_all | difference(ansible_play_batch) }}"
     report_dir: "{{ playbook_dir }}/rollout_reports"
   run_once: true
   delegate_to: localhost
