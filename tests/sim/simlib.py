@@ -5,11 +5,12 @@
 
 The simulator is not installed into the test venv: it runs from its source tree with PYTHONPATH (sglang_sim and the
 stand-in sglang package: no sglang distribution, so the SGLang version is host.json's), on 127.0.0.1, on a free
-port, with a host.json and a GPU state file of the test's own (fast time scale), so tests never touch /etc or /run
+port, with a host.json and a GPU state directory of the test's own (fast time scale), so tests never touch /etc or /run
 and can run in parallel. Every wait is bounded.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -64,7 +65,7 @@ def free_port() -> int:
 
 
 class Sim:
-    """A host.json, a state file and the environment to run the simulator's commands against them.
+    """A host.json, a GPU state directory and the environment to run the simulator's commands against them.
 
     ``site``: a directory where the stand-in sglang wheel is installed (unpacked), put before the source tree so
     that its ``sglang`` package and distribution are the ones found, as on a host where pip installed it."""
@@ -74,12 +75,16 @@ class Sim:
         self.directory = directory
         self.servers = []
         self.host_path = os.path.join(directory, "host.json")
-        self.state_path = os.path.join(directory, "gpus.json")
+        self.state_dir = os.path.join(directory, "state")
         with open(self.host_path, "w", encoding="utf-8") as handle:
             json.dump(host, handle)
         path = [site, SIM_SRC] if site else [SIM_SRC, STANDIN_SRC]
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), SGLANG_SIM_HOST=self.host_path,
-                        SGLANG_SIM_STATE=self.state_path, PYTHONUNBUFFERED="1")
+                        SGLANG_SIM_STATE=self.state_dir, PYTHONUNBUFFERED="1")
+
+    def state_files(self) -> list:
+        """The live GPU state files the servers wrote (one per process)."""
+        return sorted(glob.glob(os.path.join(self.state_dir, "gpus-*.json")))
 
     def run(self, module: str, args: list, timeout: float = 60) -> subprocess.CompletedProcess:
         """``python -m <module> <args>``, waited for."""

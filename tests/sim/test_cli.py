@@ -78,10 +78,10 @@ def test_port_is_closed_while_loading(make_sim):
     while "Load weight begin." not in server.log and time.time() < deadline:
         time.sleep(0.05)
     assert simlib.request(server.url + "/health", timeout=2)[0] == 0
-    assert os.path.exists(sim.state_path)
+    assert sim.state_files() == [os.path.join(sim.state_dir, "gpus-%d.json" % server.proc.pid)]
     server.stop()
     assert server.proc.returncode == -signal.SIGTERM
-    assert not os.path.exists(sim.state_path)
+    assert not sim.state_files()
 
 
 def test_sigterm_while_serving_is_a_clean_exit(make_sim):
@@ -90,7 +90,7 @@ def test_sigterm_while_serving_is_a_clean_exit(make_sim):
     assert server.wait_ready(), server.log
     server.stop()
     assert server.proc.returncode == 0 and "INFO:     Shutting down" in server.log
-    assert not os.path.exists(sim.state_path)
+    assert not sim.state_files()
 
 
 def test_profile_install_is_idempotent(make_sim, tmp_path):

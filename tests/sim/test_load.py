@@ -62,6 +62,7 @@ def test_the_oracle_maximum_survives_and_one_percent_more_does_not(make_sim):
     assert parse_startup_log(survivor.log)["kv_tokens"] == verdict["max_kv_tokens"]
     assert _stress(survivor) == [200] * STRESS["count"]
     assert survivor.proc.poll() is None
+    survivor.stop()   # the GPUs are one host's: a second server would find the first one's memory taken
     victim = sim.start(simlib.launch_args("field", mem_fraction_static=round(best + 0.01, 3)))
     assert victim.wait_ready(), victim.log
     _stress(victim)

@@ -46,8 +46,31 @@ def test_running_server_through_gpu_probe(make_sim):
         assert processes[0]["name"] == "sglang::scheduler_TP%d" % gpu["index"]
         assert processes[0]["used_memory_bytes"] == gpu["memory_used_bytes"]
     server.stop()
-    assert not os.path.exists(sim.state_path)
+    assert not sim.state_files()
     assert all(gpu["memory_used_bytes"] == 0 for gpu in probe_nvidia_smi(sim.smi_runner())["gpus"])
+
+
+def test_two_servers_on_one_host_each_have_their_gpus(make_sim):
+    """sglang@a on GPUs 0-3 and sglang@b on 4-7: nvidia-smi shows each server on its own GPUs, and a third server
+    started on a's GPUs finds a's memory taken, as CUDA would."""
+    sim = make_sim("h100-llama70b")
+    first = sim.start(simlib.launch_args("h100-llama70b", tp_size=4, base_gpu_id=0))
+    second = sim.start(simlib.launch_args("h100-llama70b", tp_size=4, base_gpu_id=4))
+    assert first.wait_ready(), first.log
+    assert second.wait_ready(), second.log
+    assert len(sim.state_files()) == 2
+    gpus = probe_nvidia_smi(sim.smi_runner())["gpus"]
+    owners = [[process["pid"] for process in gpu["compute_processes"]] for gpu in gpus]
+    assert owners == [[first.proc.pid]] * 4 + [[second.proc.pid]] * 4
+    idle = parse_startup_log(first.log)["ranks"][0]["pre_load_free_gib"]
+    third = sim.start(simlib.launch_args("h100-llama70b", tp_size=4, base_gpu_id=0, mem_fraction_static=0.3))
+    assert third.wait_exit(30) is not None
+    held = gpus[0]["memory_used_bytes"] / 2 ** 30
+    crowded = parse_startup_log(third.log)["ranks"][0]["pre_load_free_gib"]
+    assert abs((idle - crowded) - held) < 0.05, (idle, crowded, held)
+    second.stop()
+    assert sim.state_files() == [os.path.join(sim.state_dir, "gpus-%d.json" % first.proc.pid)]
+    first.stop()
 
 
 def test_state_of_a_killed_server_is_ignored(make_sim):
@@ -56,7 +79,7 @@ def test_state_of_a_killed_server_is_ignored(make_sim):
     assert server.wait_ready(), server.log
     server.proc.kill()
     server.proc.wait(10)
-    assert os.path.exists(sim.state_path)
+    assert sim.state_files() == [os.path.join(sim.state_dir, "gpus-%d.json" % server.proc.pid)]
     assert probe_nvidia_smi(sim.smi_runner())["gpus"][0]["memory_used_bytes"] == 0
 
 

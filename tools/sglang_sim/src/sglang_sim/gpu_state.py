@@ -1,16 +1,18 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The live state of the simulated GPUs: what the running server holds on each GPU, for ``nvidia-smi``.
+"""The live state of the simulated GPUs: what each running server holds on each GPU, for ``nvidia-smi``.
 
-The server rewrites one small JSON file (``/run/sglang-sim/gpus.json``, or $SGLANG_SIM_STATE) whenever its memory
-changes (at most ten times a second) and removes it on exit. Readers ignore a file whose process is gone, so a
+Every server rewrites its own small JSON file (``gpus-<pid>.json`` in ``/run/sglang-sim``, or in $SGLANG_SIM_STATE)
+whenever its memory changes (at most ten times a second) and removes it on exit, so several servers on one host
+(``sglang@a`` on GPUs 0-3, ``sglang@b`` on 4-7) each have theirs. Readers ignore a file whose process is gone, so a
 server killed with SIGKILL leaves the GPUs free, as a dead process does on a real GPU.
 
 File: ``{"pid": 1234, "gpus": {"0": {"used_bytes": 123, "process_name": "sglang::scheduler_TP0"}, ...}}``.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import threading
@@ -32,8 +34,13 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def read_state(path: str) -> dict:
-    """``{gpu index: {"used_bytes", "process_name", "pid"}}`` of a live server, or {} (no file, dead pid)."""
+def file_of(directory: str, pid: int) -> str:
+    """The state file of the server with this pid."""
+    return os.path.join(directory, "gpus-%d.json" % pid)
+
+
+def _read_one(path: str) -> dict:
+    """``{gpu index: {"used_bytes", "process_name", "pid"}}`` of one live server, or {} (unreadable, dead pid)."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -46,11 +53,22 @@ def read_state(path: str) -> dict:
     return {int(index): dict(entry, pid=pid) for index, entry in gpus.items()}
 
 
+def read_state(directory: str, exclude_pid: int | None = None) -> dict:
+    """``{gpu index: [{"used_bytes", "process_name", "pid"}, ...]}``: every live server's memory per GPU, by pid
+    (``exclude_pid``'s own file left out)."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(directory, "gpus-*.json"))):
+        for index, entry in _read_one(path).items():
+            if entry["pid"] != exclude_pid:
+                found.setdefault(index, []).append(entry)
+    return found
+
+
 class StateWriter:
     """Keeps the state file in step with the server's per-GPU memory, from a background thread."""
 
-    def __init__(self, path: str, names: dict):
-        self.path = path
+    def __init__(self, directory: str, names: dict):
+        self.path = file_of(directory, os.getpid())
         self.names = names          # gpu index -> process name (setproctitle of the scheduler)
         self.used = {}              # gpu index -> bytes
         self.lock = threading.Lock()

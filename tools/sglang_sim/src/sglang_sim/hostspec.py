@@ -27,7 +27,7 @@ import re
 HOST_ENV = "SGLANG_SIM_HOST"
 DEFAULT_HOST_PATH = "/etc/sglang-sim/host.json"
 STATE_ENV = "SGLANG_SIM_STATE"
-DEFAULT_STATE_PATH = "/run/sglang-sim/gpus.json"
+DEFAULT_STATE_DIR = "/run/sglang-sim"
 
 MIB = 2 ** 20
 GIB = 2 ** 30
@@ -90,9 +90,9 @@ def host_path() -> str:
     return os.environ.get(HOST_ENV) or DEFAULT_HOST_PATH
 
 
-def state_path() -> str:
-    """The live GPU state file: $SGLANG_SIM_STATE, else /run/sglang-sim/gpus.json."""
-    return os.environ.get(STATE_ENV) or DEFAULT_STATE_PATH
+def state_dir() -> str:
+    """The directory of the servers' live GPU state files: $SGLANG_SIM_STATE, else /run/sglang-sim."""
+    return os.environ.get(STATE_ENV) or DEFAULT_STATE_DIR
 
 
 def _number(data, key, where, minimum=0, integer=False):

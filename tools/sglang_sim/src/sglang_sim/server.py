@@ -49,7 +49,7 @@ class Process:
         self.dying = threading.Lock()
         names = {rank.gpu: "sglang::scheduler" + (("_" + rank.tag.replace(" ", "_")) if rank.tag else "")
                  for rank in self.plan.ranks}
-        self.state = gpu_state.StateWriter(hostspec.state_path(), names)
+        self.state = gpu_state.StateWriter(hostspec.state_dir(), names)
         self.used = {}                   # gpu -> bytes held by the server
 
     # -- memory ----------------------------------------------------------------------------------------------
@@ -349,6 +349,10 @@ def main(argv=None) -> int:
         return 1
     log = logs.Log(host.log_format)
     log.record("", "server_args=" + server_args.server_args_repr(args))
+    # Another live server on a GPU (several servers on one host) holds memory as any other process does.
+    for index, entries in gpu_state.read_state(hostspec.state_dir(), os.getpid()).items():
+        taken = sum(entry.get("used_bytes", 0) for entry in entries) // hostspec.MIB
+        host.occupied_mib[index] = host.occupied_mib.get(index, 0) + taken
     process = Process(host, model, draft, args, log)
     signal.signal(signal.SIGTERM, process.interrupted)
     signal.signal(signal.SIGINT, process.interrupted)

@@ -3,12 +3,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """``sglang-sim-smi``, installed as ``nvidia-smi`` on simulated hosts: the simulated GPUs as nvidia-smi prints them.
 
-Reads host.json and the live state file (gpu_state.py). Output is byte-for-byte the shape of a real R580
+Reads host.json and the live state files (gpu_state.py). Output is byte-for-byte the shape of a real R580
 nvidia-smi: ``--query-gpu=<fields> --format=csv[,noheader][,nounits]`` (an unknown field prints ``Field "x" is
 not a valid field to query.`` and exits 2), ``--query-compute-apps=...``, ``-L``, ``-i``, and the plain table
 (tests/fixtures/nvidia_smi/table_h200_580_device.txt is a real one).
 
-Per GPU: ``used`` = the simulated server's memory on it (state file, if its process lives) plus another
+Per GPU: ``used`` = the simulated servers' memory on it (their state files, if their processes live) plus another
 process's ``gpu_occupied_mib`` fault, listed as its own compute process (pid 90000 + index);
 ``free = total - reserved - used``.
 """
@@ -26,11 +26,11 @@ OTHER_PROCESS_PID = 90000
 class Gpu:
     """One simulated GPU as nvidia-smi reports it (MiB)."""
 
-    def __init__(self, host, index: int, server: dict):
+    def __init__(self, host, index: int, servers: list):
         self.host = host
         self.index = index
-        self.server = server                       # {"used_bytes", "process_name", "pid"} or {}
-        server_mib = int(round(server.get("used_bytes", 0) / MIB))
+        self.servers = servers                     # [{"used_bytes", "process_name", "pid"}, ...] of live servers
+        server_mib = sum(int(round(server.get("used_bytes", 0) / MIB)) for server in servers)
         self.other_mib = host.occupied_mib.get(index, 0)
         self.total = host.memory_total_mib
         self.reserved = host.memory_reserved_mib
@@ -44,8 +44,10 @@ class Gpu:
         rows = []
         if self.other_mib:
             rows.append((OTHER_PROCESS_PID + self.index, "/usr/bin/python3", self.other_mib))
-        if self.server_mib:
-            rows.append((self.server["pid"], self.server.get("process_name", "python3"), self.server_mib))
+        for server in self.servers:
+            mib = int(round(server.get("used_bytes", 0) / MIB))
+            if mib:
+                rows.append((server["pid"], server.get("process_name", "python3"), mib))
         return rows
 
     @property
@@ -117,9 +119,9 @@ APP_FIELDS = {
 
 
 def gpus(host, only=None) -> list:
-    """The host's GPUs with the live server's memory on them."""
-    state = gpu_state.read_state(hostspec.state_path())
-    return [Gpu(host, index, state.get(index, {})) for index in range(host.gpu_count)
+    """The host's GPUs with the live servers' memory on them."""
+    state = gpu_state.read_state(hostspec.state_dir())
+    return [Gpu(host, index, state.get(index, [])) for index in range(host.gpu_count)
             if only is None or index in only]
 
 
