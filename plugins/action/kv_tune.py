@@ -26,6 +26,7 @@ display = Display()
 _COLLECTION = "llmserve.sglang."
 ARGUMENT_SPEC = dict(
     unit=dict(type="str", default="sglang.service"),
+    units=dict(type="list", elements="str"),
     start=dict(type="float"),
     cap=dict(type="float", default=0.98),
     resolution=dict(type="float", default=0.005),
@@ -72,28 +73,60 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         if args["confirm_timeout"] is None:
             args["confirm_timeout"] = int(args["ready_timeout"] + 2 * args["stress_duration"] + 600)
+        host = task_vars.get("inventory_hostname", "?")
+        # Ansible's workers run in their own session: one whose ansible-playbook was killed lives on, and a search
+        # that outlived its controller would go on restarting servers that nobody watches.
+        self._controller = os.getppid()
+        units = args["units"] or [args["unit"]]
+        self.tuned = {}    # unit -> its result, for the units of this host tuned before (a class's canary)
+        try:
+            if len(units) == 1:
+                return self._tune_unit(dict(args, unit=units[0]), host, host)
+            # Several servers on one host: one after the other, each with its own lock, trials, pin and report.
+            infos = {}
+            for unit in units:
+                kv_tune.check_settings(dict(args, unit=unit))
+            for unit in units:
+                self.args = dict(args, unit=unit)
+                infos[unit] = self._fingerprint()
+            refusal = kv_tune.shared_gpus({unit: kv_tune.unit_gpus(info.get("gpu_memory"))
+                                           for unit, info in infos.items()})
+            if refusal:
+                return {"failed": True, "changed": False, "msg": "%s: %s" % (host, refusal)}
+            for unit in units:
+                self.tuned[unit] = self._tune_unit(dict(args, unit=unit), host, kv_tune.target_label(host, unit),
+                                                   infos[unit])
+            return kv_tune.combine_units(host, self.tuned)
+        except (InvalidInput, ModuleFailed, ControllerGone) as exc:
+            return {"failed": True, "changed": False, "msg": str(exc)}
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    def _tune_unit(self, args, host, label, info=None):
+        """One unit: its search (or nothing), with the unit's own state; ``label`` names it in every line."""
         self.args = args
-        self.host = task_vars.get("inventory_hostname", "?")
+        self.inventory_host = host
+        self.host = label
         self.url = args["url"]
+        self.gpus = None       # the unit's GPUs, where its processes run (None: unknown, every GPU counts)
         self.run_id = uuid.uuid4().hex[:8]
         self.locked = False    # this run holds the unit's lock on the host
         self.armed = False     # a trial started on the host and neither committed nor reverted
         self.changed = False
         self.invocation_id = None   # the start of the server measured in place
-        # Ansible's workers run in their own session: one whose ansible-playbook was killed lives on, and a search
-        # that outlived its controller would go on restarting servers that nobody watches.
-        self._controller = os.getppid()
         try:
-            return self._run()
+            result = self._run(info)
         except Exception as exc:
             reverted = self._revert_if_armed()
             if not isinstance(exc, (InvalidInput, ModuleFailed, ControllerGone)):
                 raise
-            return {"failed": True, "changed": self.changed or reverted, "msg": str(exc) + (
+            result = {"failed": True, "changed": self.changed or reverted, "msg": str(exc) + (
                 " (the trial in progress was reverted)" if reverted else "")}
         finally:
             self._unlock()
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+        result["unit"] = args["unit"]
+        result["label"] = label
+        return result
 
     # -- the host --------------------------------------------------------------------------------------------------
 
@@ -174,7 +207,7 @@ class ActionModule(ActionBase):
         if ready["ready"]:
             stress = self._module("kv_stress", {
                 "url": self.url, "api_key": self.args["api_key"], "fill_ratio": self.args["stress_fill_ratio"],
-                "duration": self.args["stress_duration"]}, may_fail=True)
+                "duration": self.args["stress_duration"], "gpus": self.gpus}, may_fail=True)
             if stress.get("failed"):
                 stress = {"held": False, "failure_reason": stress.get("msg")}
         running = self._fingerprint()
@@ -183,10 +216,13 @@ class ActionModule(ActionBase):
 
     # -- before the search -----------------------------------------------------------------------------------------
 
-    def _run(self):
+    def _run(self, info=None):
         settings = kv_tune.check_settings(self.args)
         unit = settings["unit"]
-        info = self._fingerprint()
+        info = info or self._fingerprint()
+        # Before anything restarts: several servers on one host answer on their own ports, on their own GPUs.
+        self.url = info.get("url") or self.url
+        self.gpus = kv_tune.unit_gpus(info.get("gpu_memory"))
         if self.args["reset"]:
             return self._reset(info)
         safe = None
@@ -243,18 +279,21 @@ class ActionModule(ActionBase):
 
     def _class_value(self, settings):
         """per_class: the value this member verifies (its class's less the margin), None for a search of its own."""
-        entry = self.args["class_plan"]
+        entry = (self.args["class_plan"] or {}).get(settings["unit"])
         if settings["strategy"] != "per_class" or not entry:
             return None
-        canary = entry.get("canary")
+        canary = entry.get("canary_host")
         outcome = None
-        if canary and canary in self._vars.get("hostvars", {}):
+        if canary == self.inventory_host:   # another unit of this host, tuned earlier in this task
+            outcome = self.tuned.get(entry["canary_unit"])
+        elif canary and canary in self._vars.get("hostvars", {}):
             found = self._vars["hostvars"][canary].get("kv_tune_outcome")
-            outcome = plain(dict(found)) if found is not None else None
+            outcome = kv_tune.unit_outcome(plain(dict(found)), entry["canary_unit"]) if found is not None else None
         value = kv_tune.class_value(entry, outcome)
         if value is None:
             if entry.get("role") == "member":
-                display.display("%s: the canary %s of its class found no value: a search of its own" % (self.host, canary))
+                display.display("%s: the canary %s of its class found no value: a search of its own"
+                                % (self.host, entry.get("canary")))
             return None
         return kv_tune.verify_value(value, settings)
 

@@ -13,7 +13,7 @@ import os
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import restarts_line, summary_rows
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import expand_units, restarts_line, summary_rows
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
     pending_hosts,
     registered_outcomes,
@@ -38,7 +38,8 @@ class ActionModule(ActionBase):
         super(ActionModule, self).run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         outcomes = registered_outcomes(task_vars.get("hostvars", {}), args["hosts"], args["result_var"])
-        rows = summary_rows(outcomes, pending=pending_hosts(task_vars, outcomes, set(args["pending"])))
+        # A host with several servers gives a row per unit.
+        rows = summary_rows(expand_units(outcomes), pending=pending_hosts(task_vars, outcomes, set(args["pending"])))
         path = os.path.join(args["report_dir"], "summary.json")
         changed = False
         # A run in which no host got as far as the tuner (bad input, nothing reachable) keeps the last summary.

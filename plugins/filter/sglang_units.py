@@ -8,7 +8,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.service_units import ServiceUnitsError, compose
+from ansible_collections.llmserve.sglang.plugins.module_utils.service_units import (
+    ServiceUnitsError,
+    compose,
+    unit_names,
+)
 
 
 def sglang_service_units(server_args, instances=None, name="sglang", env_dir="/etc/sglang", command=None,
@@ -23,6 +27,14 @@ def sglang_service_units(server_args, instances=None, name="sglang", env_dir="/e
         raise AnsibleFilterError("sglang_service_units: %s" % exc) from exc
 
 
+def sglang_service_unit_names(instances, name="sglang"):
+    """The unit names of the role's servers (``sglang@a.service``, ..., or ``sglang.service``)."""
+    try:
+        return unit_names(plain(instances), name=plain(name))
+    except ServiceUnitsError as exc:
+        raise AnsibleFilterError("sglang_service_unit_names: %s" % exc) from exc
+
+
 class FilterModule:
     def filters(self):
-        return {"sglang_service_units": sglang_service_units}
+        return {"sglang_service_units": sglang_service_units, "sglang_service_unit_names": sglang_service_unit_names}

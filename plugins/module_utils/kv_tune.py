@@ -206,6 +206,99 @@ def plan_start(info, host, unit, force=False, check_mode=False, run_id=None):
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Several servers on one host (sglang@a on GPUs 0-3, sglang@b on 4-7)
+# --------------------------------------------------------------------------------------------------------------
+
+def target_label(host, unit):
+    """How lines, reports and the summary name one of several units of a host: ``gpu1/sglang@a``."""
+    stem = unit[:-len(".service")] if unit.endswith(".service") else unit
+    return "%s/%s" % (host, stem)
+
+
+def report_name(label):
+    """The file name (without extension) of a unit's reports: its label, with no directory in it."""
+    return label.replace("/", "_")
+
+
+def unit_gpus(gpu_memory):
+    """The GPUs a running unit's processes use (kv_fingerprint's ``gpu_memory``), or None: not running, unknown."""
+    found = sorted(gpu["index"] for gpu in gpu_memory or [] if gpu.get("server_bytes"))
+    return found or None
+
+
+def shared_gpus(gpu_sets):
+    """Why units that share GPUs are not tuned (unit -> its GPUs, None: unknown), or None: disjoint.
+
+    One unit's trial loads only that unit: the memory the other one's batches take on a shared GPU under load would
+    count for neither, and a value stable alone could run both out of memory at peak traffic."""
+    units = sorted(unit for unit, gpus in gpu_sets.items() if gpus)
+    for position, first in enumerate(units):
+        for second in units[position + 1:]:
+            common = sorted(set(gpu_sets[first]) & set(gpu_sets[second]))
+            if common:
+                return ("%s and %s share GPU%s %s: units that share GPUs are not tuned (a trial loads one server, "
+                        "so the other's activations under load would not be counted). Give each server its own GPUs "
+                        "(base_gpu_id), or tune one of them with kv_tune_units and pin the other yourself; nothing "
+                        "was restarted" % (first, second, "s" if len(common) > 1 else "",
+                                           ", ".join(str(gpu) for gpu in common)))
+    return None
+
+
+def unit_outcome(outcome, unit):
+    """What kv_tune returned for ``unit`` out of what it returned for its host (all of it when it tuned one unit or
+    failed before any)."""
+    units = (outcome or {}).get("units") or {}
+    return units.get(unit, outcome)
+
+
+def combine_units(host, results):
+    """The host's result when it has several units (unit -> that unit's result, in the order tuned): a failure of one
+    unit fails the host after the others are tuned, and names the unit."""
+    failed = [(unit, res) for unit, res in results.items()
+              if res.get("failed") or res.get("status") in ("failed", "no_stable_value")]
+    statuses = set(res.get("status") for res in results.values() if not res.get("failed"))
+    out = {"changed": any(res.get("changed") for res in results.values()), "units": results,
+           "line": "\n".join(res.get("line") or "%s: %s" % (res.get("label", unit), res.get("msg"))
+                             for unit, res in results.items())}
+    if failed:
+        out["status"] = "no_stable_value" if all(res.get("status") == "no_stable_value" for _u, res in failed) \
+            else "failed"
+        out["msg"] = "%s: %d of %d units not tuned: %s" % (host, len(failed), len(results), "; ".join(
+            res.get("msg") or res.get("line") or unit for unit, res in failed))
+    elif statuses == {"unchanged"}:
+        out["status"] = "unchanged"
+    else:
+        for status in ("would_tune", "would_reset", "tuned", "reset", "unchanged"):
+            if status in statuses:
+                out["status"] = status
+                break
+    return out
+
+
+def expand_units(outcomes):
+    """host -> kv_tune's result, as label -> one unit's result: a host with several units gives a row each."""
+    out = {}
+    for host, outcome in outcomes.items():
+        units = (outcome or {}).get("units") or {}
+        if len(units) > 1:
+            for unit, res in units.items():
+                out[res.get("label") or target_label(host, unit)] = res
+        else:
+            out[host] = outcome
+    return out
+
+
+def report_items(outcome):
+    """The reports a host's result gives: one per unit that was searched, {name, unit, status, line, result,
+    report}."""
+    units = (outcome or {}).get("units") or {}
+    found = units.values() if len(units) > 1 else [outcome or {}]
+    return [{"name": report_name(res.get("label") or "?"), "unit": res.get("unit"), "status": res.get("status"),
+             "line": res.get("line"), "result": res["result"], "report": res.get("report")}
+            for res in found if res.get("result")]
+
+
+# --------------------------------------------------------------------------------------------------------------
 # kv_tune_strategy: per_class
 # --------------------------------------------------------------------------------------------------------------
 
@@ -248,6 +341,33 @@ def class_plan(probes, hosts, force=False):
                           "why": "searches for %d host(s) of class %s" % (len(members), label) if host == canary
                           else "verifies the value of %s, the canary of class %s" % (canary, label)}
     return plan
+
+
+def class_plan_units(probes, hosts, force=False):
+    """:func:`class_plan` over every unit of every host (a host with several servers has a target per unit; a class
+    may hold units of one host). ``probes``: host -> what kv_tune said in check mode. Returns host ->
+    ``{"canary": whether one of its units searches for a class, "units": {unit: class_plan's entry, with the
+    canary's ``canary_host`` and ``canary_unit``}, "lines": [one per unit]}``."""
+    targets, where = [], {}
+    for host in hosts:
+        probe = probes.get(host) or {}
+        units = probe.get("units") or {}
+        several = len(units) > 1
+        for unit, unit_probe in (units.items() if units else [(probe.get("unit"), probe)]):
+            label = target_label(host, unit) if several else host
+            targets.append((label, unit_probe))
+            where[label] = (host, unit)
+    plan = class_plan(dict(targets), [label for label, _probe in targets], force=force)
+    out = {host: {"canary": False, "units": {}, "lines": []} for host in hosts}
+    for label, _probe in targets:
+        host, unit = where[label]
+        entry = dict(plan[label])
+        entry["canary_host"], entry["canary_unit"] = where.get(entry["canary"], (None, None))
+        out[host]["canary"] = out[host]["canary"] or entry["role"] == "canary"
+        if unit is not None:
+            out[host]["units"][unit] = entry
+        out[host]["lines"].append("%s: %s of class %s: %s" % (label, entry["role"], entry["class"], entry["why"]))
+    return out
 
 
 def class_value(entry, canary_outcome=None):

@@ -110,6 +110,12 @@ def _instances(name, instances):
     return out
 
 
+def unit_names(instances=None, name="sglang"):
+    """The units the role renders: ``<name>@<instance>.service`` per instance, else ``<name>.service``."""
+    return ["%s%s.service" % (name, "@" + inst_name if inst_name else "") for inst_name, _inst, _label
+            in _instances(name, instances)]
+
+
 def _port(unit, value):
     if value is None:
         return sa.DEFAULT_PORT  # no --port: SGLang's default
@@ -139,7 +145,7 @@ def compose(server_args=None, instances=None, name="sglang", env_dir="/etc/sglan
             ("sglang_service_server_args", server_args)]
     units, ports = [], {}
     for inst_name, inst, label in _instances(name, instances):
-        unit = "%s%s.service" % (name, "@" + inst_name if inst_name else "")
+        unit = unit_names([inst] if inst_name else None, name)[0]
         layers = list(base)
         if inst_name:
             inst_args = _dict(label + ".server_args", inst.get("server_args"))

@@ -74,6 +74,13 @@ options:
   seed:
     description: Seed of the random prompts; random when not set.
     type: int
+  gpus:
+    description:
+      - The indices of the server's GPUs; only they are sampled. On a host with several servers (C(sglang@a) on
+        GPUs 0-3, C(sglang@b) on 4-7) the other server's GPUs say nothing about this one's headroom.
+      - Not set, every GPU of the host is sampled.
+    type: list
+    elements: int
 extends_documentation_fragment:
   - llmserve.sglang.gpu_probe
 seealso:
@@ -219,6 +226,7 @@ def build_module() -> AnsibleModule:
             nvidia_smi=dict(type="path"),
             prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
             seed=dict(type="int"),
+            gpus=dict(type="list", elements="int"),
         ),
         mutually_exclusive=[("duration", "rounds")],
         supports_check_mode=False,
@@ -233,8 +241,11 @@ def main() -> None:
         return module.run_command(argv, environ_update=C_LOCALE)
 
     def sample():
-        return probe(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
+        gpus = probe(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
                      which=module.get_bin_path)["gpus"]
+        if params["gpus"] is None:
+            return gpus
+        return [gpu for gpu in gpus if gpu["index"] in params["gpus"]]
 
     try:
         result = run_stress(base_url=params["url"], api_key=params["api_key"], fill_ratio=params["fill_ratio"],

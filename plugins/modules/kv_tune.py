@@ -39,6 +39,17 @@ options:
     description: The systemd unit of the server (its ExecStart must end with C($LLMSERVE_KV_ARGS)).
     type: str
     default: sglang.service
+  units:
+    description:
+      - Several servers on one host (C(sglang@a.service) on GPUs 0-3, C(sglang@b.service) on 4-7); replaces
+        O(unit). Each is tuned in turn with its own lock, trials, load, pin, fact entry and report, and its load
+        is sampled on its own GPUs only.
+      - Units whose running processes share a GPU are refused before anything restarts (a trial loads one server,
+        so the other's activations under load would count for neither).
+      - A unit that fails does not stop the others; the host's RV(status) is then V(failed) (or
+        V(no_stable_value)), RV(msg) names the units, and RV(units) holds each unit's result.
+    type: list
+    elements: str
   start:
     description: The first value measured, on the O(resolution) grid; default the value the server runs now.
     type: float
@@ -100,6 +111,20 @@ options:
     description: Seconds after which the host reverts an unconfirmed trial by itself; default the readiness timeout
       plus twice the load plus 600.
     type: int
+  strategy:
+    description: V(per_host) searches on every host; V(per_class) lets a member of a class of identical fingerprints
+      verify the value its canary found, less O(class_margin_steps), with one restart (see O(class_plan)).
+    type: str
+    choices: [per_host, per_class]
+    default: per_host
+  class_margin_steps:
+    description: Grid steps below the class's value that a member verifies.
+    type: int
+    default: 1
+  class_plan:
+    description: This host's units' parts in their classes (unit -> the P(llmserve.sglang.kv_tune_class_plan#filter)
+      entry); the canary's value is read from its registered C(kv_tune_outcome).
+    type: dict
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -167,4 +192,16 @@ report:
   description: The same report as Markdown.
   returned: when the unit was tuned (successfully or not)
   type: str
+unit:
+  description: The unit tuned (one unit).
+  returned: when one unit was tuned
+  type: str
+label:
+  description: The name lines, reports and the summary give the unit (the host; C(host/sglang@a) for one of several).
+  returned: when one unit was tuned
+  type: str
+units:
+  description: Unit -> that unit's result (the keys above, with its own C(unit) and C(label)).
+  returned: when O(units) names more than one unit and none share a GPU
+  type: dict
 """

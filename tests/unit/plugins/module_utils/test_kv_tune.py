@@ -421,3 +421,83 @@ def test_the_restarts_each_kind_of_tune_spent():
     assert kv_tune.restarts_line(rows) == ("restarts: 7 in all (failed verifications and searches 3 on 1 host, "
                                            "searches 2 on 1 host, verifications 2 on 2 hosts)")
     assert kv_tune.restarts_line([]) == "restarts: 0 in all"
+
+
+# --- several servers on one host ------------------------------------------------------------------------------------
+
+def gpu(index, server_bytes):
+    return {"index": index, "total_bytes": 80 * 2 ** 30, "reserved_bytes": 0, "server_bytes": server_bytes,
+            "other_bytes": 0, "other_processes": []}
+
+
+def test_a_units_gpus_are_those_its_processes_use():
+    assert kv_tune.unit_gpus([gpu(0, 5), gpu(1, 5), gpu(2, 0), gpu(3, 0)]) == [0, 1]
+    assert kv_tune.unit_gpus([gpu(0, 0)]) is None and kv_tune.unit_gpus(None) is None
+
+
+@pytest.mark.parametrize("gpu_sets, shared", [
+    ({"sglang@a.service": [0, 1, 2, 3], "sglang@b.service": [4, 5, 6, 7]}, None),
+    ({"sglang@a.service": [0, 1, 2, 3], "sglang@b.service": None}, None),
+    ({"sglang@a.service": [0, 1, 2, 3], "sglang@b.service": [3, 4]}, "sglang@a.service and sglang@b.service share GPU 3:"),
+    ({"a.service": [0, 1], "b.service": [4], "c.service": [0, 1, 5]}, "a.service and c.service share GPUs 0, 1:"),
+])
+def test_units_that_share_a_gpu_are_refused(gpu_sets, shared):
+    found = kv_tune.shared_gpus(gpu_sets)
+    assert found is None if shared is None else found.startswith(shared) and "nothing was restarted" in found
+
+
+def test_labels_and_report_names_of_several_units():
+    assert kv_tune.target_label("gpu1", "sglang@a.service") == "gpu1/sglang@a"
+    assert kv_tune.report_name("gpu1/sglang@a") == "gpu1_sglang@a"
+
+
+def unit_result(label, status, **extra):
+    return dict({"status": status, "label": label, "line": "%s: %s" % (label, status), "changed": status == "tuned"},
+                **extra)
+
+
+def test_a_host_with_several_units_fails_when_one_unit_does_and_names_it():
+    both = kv_tune.combine_units("h", {"sglang@a.service": unit_result("h/sglang@a", "tuned"),
+                                       "sglang@b.service": unit_result("h/sglang@b", "unchanged")})
+    assert both["status"] == "tuned" and both["changed"] and "msg" not in both
+    assert both["line"] == "h/sglang@a: tuned\nh/sglang@b: unchanged"
+    same = kv_tune.combine_units("h", {"a": unit_result("h/a", "unchanged"), "b": unit_result("h/b", "unchanged")})
+    assert same["status"] == "unchanged" and not same["changed"]
+    one_failed = kv_tune.combine_units("h", {"a": unit_result("h/a", "tuned"),
+                                             "b": {"failed": True, "msg": "b: boom", "label": "h/b"}})
+    assert one_failed["status"] == "failed" and one_failed["msg"] == "h: 1 of 2 units not tuned: b: boom"
+    unstable = kv_tune.combine_units("h", {"a": unit_result("h/a", "no_stable_value", msg="h/a: none held")})
+    assert unstable["status"] == "no_stable_value"
+    check = kv_tune.combine_units("h", {"a": unit_result("h/a", "would_tune"), "b": unit_result("h/b", "unchanged")})
+    assert check["status"] == "would_tune"
+
+
+def test_summary_and_reports_give_a_row_and_a_report_per_unit():
+    result = tuned().result("tuned", "t0", "t1", FP["versions"])
+    several = kv_tune.combine_units("h", {
+        "sglang@a.service": unit_result("h/sglang@a", "tuned", result=result, report="# a", unit="sglang@a.service"),
+        "sglang@b.service": unit_result("h/sglang@b", "unchanged", pin=PIN, unit="sglang@b.service")})
+    single = unit_result("g", "tuned", result=result, report="# g", unit="sglang.service")
+    expanded = kv_tune.expand_units({"h": several, "g": single, "x": None})
+    assert sorted(expanded) == ["g", "h/sglang@a", "h/sglang@b", "x"]
+    rows = kv_tune.summary_rows(expanded)
+    assert [row["host"] for row in rows] == ["g", "h/sglang@a", "h/sglang@b", "x"]
+    assert [item["name"] for item in kv_tune.report_items(several)] == ["h_sglang@a"]
+    assert [(item["name"], item["unit"]) for item in kv_tune.report_items(single)] == [("g", "sglang.service")]
+    assert kv_tune.report_items({"failed": True, "msg": "x"}) == [] and kv_tune.report_items(None) == []
+    assert kv_tune.unit_outcome(several, "sglang@b.service")["pin"] == PIN
+    assert kv_tune.unit_outcome(single, "sglang.service") is single
+
+
+def test_the_class_plan_has_an_entry_per_unit_and_units_of_one_host_may_share_a_class():
+    several = {"status": "would_tune", "units": {"sglang@a.service": probe("A" * 64), "sglang@b.service": probe("A" * 64)}}
+    plan = kv_tune.class_plan_units({"h": several, "g": dict(probe("A" * 64), unit="sglang.service"), "x": None},
+                                    ["h", "g", "x"])
+    assert plan["h"]["canary"] and not plan["g"]["canary"] and not plan["x"]["canary"]
+    a, b = plan["h"]["units"]["sglang@a.service"], plan["h"]["units"]["sglang@b.service"]
+    assert a["role"] == "canary" and b["role"] == "member"
+    assert (b["canary"], b["canary_host"], b["canary_unit"]) == ("h/sglang@a", "h", "sglang@a.service")
+    member = plan["g"]["units"]["sglang.service"]
+    assert member["canary_host"] == "h" and member["canary_unit"] == "sglang@a.service"
+    assert plan["h"]["lines"][0].startswith("h/sglang@a: canary of class AAAAAAAAAAAA")
+    assert plan["x"]["units"] == {} and plan["x"]["lines"][0].startswith("x: alone")

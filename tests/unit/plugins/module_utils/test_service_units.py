@@ -1,7 +1,7 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""service_units.compose: the sglang_service role's units from its variables, case by case (one server, several
+"""su.compose: the sglang_service role's units from its variables, case by case (one server, several
 instances, each source of --mem-fraction-static, hosts), and every input it refuses."""
 from __future__ import annotations
 
@@ -192,3 +192,11 @@ def test_refused_inputs_name_the_variable_and_the_server(kwargs, message):
 
 def test_errors_are_invalid_input():
     assert issubclass(su.ServiceUnitsError, ValueError)
+
+
+def test_unit_names_are_those_compose_renders():
+    instances = [{"name": "a", "server_args": {"port": 30001}}, {"name": "b", "server_args": {"port": 30002}}]
+    assert su.unit_names(instances, "sglang") == ["sglang@a.service", "sglang@b.service"]
+    assert su.unit_names([], "llm") == ["llm.service"]
+    with pytest.raises(su.ServiceUnitsError, match="given twice"):
+        su.unit_names([{"name": "a"}, {"name": "a"}])
