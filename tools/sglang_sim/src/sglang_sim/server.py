@@ -12,6 +12,9 @@ SIGTERM/SIGINT while serving end it cleanly (uvicorn's shutdown, exit 0); before
 live memory goes to the state file that nvidia-smi reads, which is removed on every exit.
 The SGLang version it runs (KV arithmetic era, error types, /get_server_info's version) is the installed ``sglang``
 distribution's, else host.json's (hostspec.sglang_version).
+With ``--nnodes N`` it is one node of a server over N hosts (multinode.py): it walks and logs only its own ranks,
+meets the others at --dist-init-addr and waits for them where SGLang's ranks run a collective, and dies when one of
+them dies; a node of --node-rank > 0 serves only SGLang's dummy health check.
 """
 from __future__ import annotations
 
