@@ -259,10 +259,7 @@ class Link:
         conn = _Conn(sock, 0, _peer_name(self.address))
         conn.send({"type": "hello", "node_rank": self.node_rank, "nnodes": self.nnodes,
                    "tp_size": self.args.tp_size, "host": own_host})
-        try:
-            answer = conn.receive()
-        except socket.timeout:
-            answer = None
+        answer = conn.receive()          # None also when node 0 does not answer before the deadline
         if answer is None:
             sock.close()
             if time.monotonic() >= deadline:
