@@ -111,6 +111,7 @@ class Host:
         if not isinstance(data, dict):
             raise SimConfigError("%s: not a JSON object" % path)
         self.path = path
+        self.data = data            # as read: a multi-node server sends it to the other nodes (multinode.py)
         gpu = data.get("gpu")
         if not isinstance(gpu, dict):
             raise SimConfigError("%s: 'gpu' must be an object with name, count and memory_total_mib" % path)

@@ -419,6 +419,65 @@ def serve(process):
     httpd.serve_forever()
 
 
+class _DummyHandler(BaseHTTPRequestHandler):
+    """launch_dummy_health_check_server's app: /health, /health_generate and /ping answer 200 with no body."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+        """uvicorn runs at log level warning there: no access lines."""
+
+    _PATHS = ("/health", "/health_generate", "/ping")
+
+    def _answer(self, method: str):
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > 0:
+            self.rfile.read(length)
+        path = self.path.split("?")[0]
+        if path in self._PATHS and method == "GET":
+            status, body = 200, b""
+        elif path in self._PATHS:
+            status, body = 405, b'{"detail":"Method Not Allowed"}'
+        else:
+            status, body = 404, b'{"detail":"Not Found"}'
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        if body:
+            self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):  # pylint: disable=invalid-name
+        """The health paths; anything else is FastAPI's 404."""
+        self._answer("GET")
+
+    def do_POST(self):  # pylint: disable=invalid-name
+        """No POST route: FastAPI's 404 (405 on a health path)."""
+        self._answer("POST")
+
+    def do_PUT(self):  # pylint: disable=invalid-name
+        """No PUT route either."""
+        self._answer("PUT")
+
+
+def serve_node(process):
+    """A node of --node-rank > 0: no tokenizer, no API; once its schedulers are ready SGLang starts a dummy health
+    check server on --host/--port and waits on the schedulers (_launch_subprocesses)."""
+    args = process.args
+    try:
+        httpd = _HttpServer((args.host, args.port), _DummyHandler)
+    except OSError as exc:
+        process.log.record("", "ERROR:    [Errno %s] error while attempting to bind on address ('%s', %d): %s"
+                           % (exc.errno, args.host, args.port, (exc.strerror or str(exc)).lower()))
+        process.state.clear()
+        os._exit(1)  # pylint: disable=protected-access
+    signal.signal(signal.SIGTERM, process.stop_node)
+    signal.signal(signal.SIGINT, process.stop_node)
+    process.status = "Up"
+    process.log.record("", "Starting dummy health check server at %s:%d" % (args.host, args.port))
+    httpd.serve_forever()
+
+
 def _warmup(process, base_url):
     try:
         warmup(process, base_url)

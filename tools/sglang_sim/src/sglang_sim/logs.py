@@ -245,3 +245,82 @@ def not_enough_memory(mem_fraction_static: float, minimum: float | None) -> str:
                 % (mem_fraction_static, math.ceil(minimum * 1000) / 1000, minimum))
     return ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
             "Current value: self.server_args.mem_fraction_static=%s" % (mem_fraction_static,))
+
+
+# -- several nodes (multinode.py) ---------------------------------------------------------------------------------
+
+def _torch_frame(path: str, line: int, function: str, source: str) -> list:
+    """Two traceback lines for a frame in torch (beside sglang in site-packages)."""
+    return ['  File "%s", line %d, in %s' % (os.path.join(os.path.dirname(_SGLANG_DIR), "torch", path), line,
+                                              function), "    " + source]
+
+
+# init_torch_distributed -> init_process_group("tcp://<dist-init-addr>") -> torch's TCPStore rendezvous.
+RENDEZVOUS_FRAMES = (
+    frame("srt/model_executor/model_runner.py", 392, "__init__", "min_per_gpu_memory = self.init_torch_distributed()")
+    + frame("srt/model_executor/model_runner.py", 812, "init_torch_distributed", "init_distributed_environment(")
+    + frame("srt/distributed/parallel_state.py", 1471, "init_distributed_environment",
+            "torch.distributed.init_process_group(")
+    + _torch_frame("distributed/c10d_logger.py", 81, "wrapper", "return func(*args, **kwargs)")
+    + _torch_frame("distributed/distributed_c10d.py", 1694, "init_process_group",
+                   "store, rank, world_size = next(rendezvous_iterator)")
+    + _torch_frame("distributed/rendezvous.py", 210, "_tcp_rendezvous_handler",
+                   "store = _create_c10d_store(")
+    + _torch_frame("distributed/rendezvous.py", 178, "_create_c10d_store", "return TCPStore("))
+# A collective of the startup that a rank of another node never joins (the all-reduce of the free memory).
+STARTUP_COLLECTIVE_FRAMES = (
+    frame("srt/model_executor/model_runner.py", 392, "__init__", "min_per_gpu_memory = self.init_torch_distributed()")
+    + frame("srt/model_executor/model_runner.py", 838, "init_torch_distributed",
+            "min_per_gpu_memory = get_available_gpu_memory(")
+    + frame("srt/utils/common.py", 512, "get_available_gpu_memory", "torch.distributed.all_reduce(")
+    + _torch_frame("distributed/c10d_logger.py", 81, "wrapper", "return func(*args, **kwargs)")
+    + _torch_frame("distributed/distributed_c10d.py", 2951, "all_reduce", "work.wait()"))
+# The tensor-parallel all-reduce of a forward batch.
+RUNTIME_COLLECTIVE_FRAMES = (
+    RUNTIME_FRAMES
+    + frame("srt/distributed/communication_op.py", 14, "tensor_model_parallel_all_reduce",
+            "return get_tp_group().all_reduce(input_)")
+    + frame("srt/distributed/parallel_state.py", 623, "all_reduce", "torch.distributed.all_reduce(")
+    + _torch_frame("distributed/distributed_c10d.py", 2951, "all_reduce", "work.wait()"))
+
+
+def rendezvous_timeout_master(seconds: float, joined: int, world: int) -> str:
+    """TP0 of node 0: torch's TCPStore master gave up waiting for the other nodes' ranks."""
+    return ("torch.distributed.DistStoreError: Timed out after %d seconds waiting for clients. %d/%d clients joined."
+            % (int(seconds) + 1, joined, world))
+
+
+def rendezvous_timeout_client(seconds: float, host: str, port: int) -> str:
+    """A rank of another node: torch's TCPStore client could not reach node 0."""
+    return ("torch.distributed.DistNetworkError: The client socket has timed out after %dms while trying to connect "
+            "to (%s, %d)." % (int(seconds * 1000), host, port))
+
+
+def rendezvous_listen_failed(port: int, errno: int, strerror: str) -> str:
+    """TP0 of node 0: the store's port is taken."""
+    names = {98: ("EADDRINUSE", -98), 99: ("EADDRNOTAVAIL", -99), 13: ("EACCES", -13)}
+    name, code = names.get(errno, ("UNKNOWN", -errno))
+    return ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+            "address. port: %d, useIpv6: false, code: %d, name: %s, message: %s" % (port, code, name, strerror))
+
+
+def rendezvous_closed() -> str:
+    """A rank of another node: node 0's store went away while it waited."""
+    return ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. "
+            "Did the remote server shutdown or crash?")
+
+
+def nccl_remote_error(nccl_version: str, peer: str) -> str:
+    """A collective after a rank of another node exited (its socket closed): NCCL's remote error."""
+    return ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+            "remote process exited or there was a network error, NCCL version %s\n"
+            "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"
+            "Last error:\nsocketProgress: Connection closed by remote peer %s" % (nccl_version, peer))
+
+
+def nccl_watchdog_timeout(rank: int, seq: int, timeout_s: float) -> str:
+    """A collective another node never joined (it hangs): NCCL's watchdog timeout."""
+    ms = int(timeout_s * 1000)
+    return ("torch.distributed.DistBackendError: [Rank %d] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=%d, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=%d) ran for %d milliseconds "
+            "before timing out." % (rank, seq, ms, ms + 12))

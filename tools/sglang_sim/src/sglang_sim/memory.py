@@ -28,6 +28,10 @@ disabled), tokens x bytes per decode token; the caching allocator keeps them (ti
 whose activations do not fit in a rank's headroom is a CUDA out-of-memory error: the server dies. The stress load
 (what the oracle assumes) is the largest prefill chunk and the largest decode batch the server admits.
 
+Multi-node (``--nnodes N``): the plan is the whole server's, every node's ranks on their own host (``hosts``); P and
+A are the MIN over all ranks of all nodes, so every node sizes the same pool. Each node computes the same plan from
+the hosts exchanged at the rendezvous (multinode.py) and walks and logs only its own ranks.
+
 Units: bytes (int) inside, GiB = bytes / 2**30 (SGLang prints it as "GB") at the edges.
 """
 from __future__ import annotations
@@ -75,22 +79,26 @@ class StartupFailure(Exception):
     ``stage`` the allocation step, ``rank`` the rank index that fails first and ``detail`` the numbers the log
     message needs."""
 
-    def __init__(self, kind: str, stage: str, rank: int, detail: dict):
+    def __init__(self, kind: str, stage: str, rank: int, detail: dict, ranks=None):
         super().__init__("%s at %s on rank %d" % (kind, stage, rank))
         self.kind = kind
         self.stage = stage
         self.rank = rank
         self.detail = detail
+        # Every rank that fails at this step, not only the first: with several nodes each node prints the
+        # tracebacks of its own failing ranks, and a node with none waits for the others to die.
+        self.ranks = list(ranks) if ranks is not None else [rank]
 
 
 class Rank:
     """One GPU of the server: its index, log tag, and free memory after each startup step."""
 
-    def __init__(self, number: int, gpu: int, tag: str, dp_rank: int):
+    def __init__(self, number: int, gpu: int, tag: str, dp_rank: int, node: int = 0):
         self.number = number
         self.gpu = gpu
         self.tag = tag
         self.dp_rank = dp_rank
+        self.node = node       # --node-rank of the host whose GPU this is (multi-node: tp_size / nnodes each)
         self.free = 0          # bytes free on the GPU now (as torch.cuda.mem_get_info reports it)
         self.used = 0          # bytes the server holds on this GPU
         self.steps = []        # (step name, bytes allocated, free before, free after)
@@ -130,9 +138,16 @@ class Replica:
 
 
 def layout(args) -> list:
-    """The replicas of a server, their ranks mapped to GPUs and tagged as SGLang's scheduler prefix does."""
+    """The replicas of a server, their ranks mapped to GPUs and tagged as SGLang's scheduler prefix does.
+
+    With ``--nnodes N`` (N > 1, one TP group, multinode.check) node ``k`` runs TP ranks ``k*T .. (k+1)*T - 1``
+    (T = tp_size / N) on its GPUs ``base_gpu_id + (tp_rank % T) * gpu_id_step``, as _launch_scheduler_processes
+    does; the tags keep the global TP rank (node 1 of TP16 logs TP8..TP15).
+    """
     dp_attention = bool(args.enable_dp_attention)
     attn_tp = args.tp_size // args.dp_size if dp_attention else args.tp_size
+    nnodes = max(1, int(getattr(args, "nnodes", 1) or 1))
+    per_node = args.tp_size * args.pp_size // nnodes
     replicas = []
     number = 0
     for replica in range(1 if dp_attention else args.dp_size):
@@ -149,8 +164,12 @@ def layout(args) -> list:
                     tag.append("TP%d" % tp_rank)
                 if args.ep_size > 1:
                     tag.append("EP%d" % (tp_rank % args.ep_size))
-                gpu = args.base_gpu_id + number * args.gpu_id_step
-                ranks.append(Rank(number, gpu, " ".join(tag), dp_rank))
+                if nnodes > 1:
+                    gpu = args.base_gpu_id + (number % per_node) * args.gpu_id_step
+                    ranks.append(Rank(number, gpu, " ".join(tag), dp_rank, number // per_node))
+                else:
+                    gpu = args.base_gpu_id + number * args.gpu_id_step
+                    ranks.append(Rank(number, gpu, " ".join(tag), dp_rank))
                 number += 1
         schedulers = list(range(args.dp_size)) if dp_attention else [replica]
         replicas.append(Replica(ranks, schedulers))
@@ -204,14 +223,20 @@ class Server:
     ranks' ``steps`` stop where SGLang stops.
     """
 
-    def __init__(self, host, model, draft, args):
+    def __init__(self, host, model, draft, args, hosts=None):
         self.host = host
+        # One host per node, in --node-rank order: a rank's free memory, CUDA context and NCCL buffers are its
+        # node's (hosts[rank.node]); P and A are the MIN over the ranks of every node, as SGLang's all-reduce
+        # (get_available_gpu_memory(distributed=True)) makes them. One node: [host].
+        self.hosts = list(hosts) if hosts else [host]
+        self.node_rank = int(getattr(args, "node_rank", 0) or 0) if len(self.hosts) > 1 else 0
         self.model = model
         self.draft = draft
         self.args = args
         self.era = era(host.sglang_version)
         self.replicas = layout(args)
         self.ranks = [rank for replica in self.replicas for rank in replica.ranks]
+        self.local_ranks = [rank for rank in self.ranks if rank.node == self.node_rank]
         self.attn_tp = args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size
         self.kv_dtype_name, self.kv_elem = kv_dtype(args, model)
         self.capacity = (host.memory_total_mib - host.memory_reserved_mib) * MIB
@@ -251,12 +276,13 @@ class Server:
         """Step 3 for one replica: budget, tokens, request slots (raises StartupFailure('init_oom'))."""
         args, model = self.args, self.model
         f = args.mem_fraction_static
+        everyone = [rank.number for rank in replica.ranks]   # the budget is the replica's: all its ranks fail
         mm = 100 * MIB if (self.era == ERA_CURRENT and model.is_multimodal
                            and version_tuple(self.host.sglang_version) >= (0, 5, 18)) else 0
         budget = gib(replica.a) - gib(replica.p) * (1 - f) - gib(mm)
         if self.era == ERA_CURRENT and budget <= 0:
             raise StartupFailure("init_oom", "profile", replica.ranks[0].number,
-                                 {"minimum": 1 - gib(replica.a) / gib(replica.p)})
+                                 {"minimum": 1 - gib(replica.a) / gib(replica.p)}, everyone)
         tokens = int(budget * GIB) // self.cell
         dp_div = args.dp_size if args.enable_dp_attention else 1
         if args.max_running_requests is None:
@@ -273,14 +299,14 @@ class Server:
             tokens = min(tokens, args.max_total_tokens)
         tokens = tokens // args.page_size * args.page_size
         if tokens <= 0:
-            raise StartupFailure("init_oom", "profile", replica.ranks[0].number, {"tokens": tokens})
+            raise StartupFailure("init_oom", "profile", replica.ranks[0].number, {"tokens": tokens}, everyone)
         replica.tokens = tokens
         replica.req_slots = slots
         wanted = tokens // 2 if args.max_running_requests is None else args.max_running_requests // dp_div
         replica.max_running_requests = min(wanted, slots)
         replica.max_req_input_len = min(args.context_len - 1, tokens - 1) - 5
         if replica.max_req_input_len <= 0:
-            raise StartupFailure("pool_too_small", "profile", replica.ranks[0].number, {})
+            raise StartupFailure("pool_too_small", "profile", replica.ranks[0].number, {}, everyone)
         if not args.disable_cuda_graph and args.cuda_graph_bs:
             # get_batch_sizes_to_capture: sizes above the request slots are dropped, the slot count added.
             sizes = set(args.cuda_graph_bs)
@@ -313,27 +339,45 @@ class Server:
         """Allocate one step on every rank, replica by replica; ``size_of(replica)`` gives the bytes."""
         for replica in self.replicas:
             size = size_of(replica)
-            for rank in replica.ranks:
+            for position, rank in enumerate(replica.ranks):
                 try:
                     rank.allocate(step, size, self.capacity)
                 except StartupFailure as failure:
-                    raise StartupFailure(kind, step, rank.number, failure.detail)
+                    later = [other.number for other in replica.ranks[position + 1:] if size > other.free]
+                    raise StartupFailure(kind, step, rank.number, failure.detail, [rank.number] + later)
+
+    def host_of(self, rank):
+        """The host whose GPU the rank runs on."""
+        return self.hosts[rank.node] if rank.node < len(self.hosts) else self.host
+
+    def is_local(self, rank) -> bool:
+        """True for a rank of this node (every rank of a single-node server)."""
+        return rank.node == self.node_rank
 
     def _startup(self):
-        host = self.host
         for rank in self.ranks:
-            if rank.gpu >= host.gpu_count:
+            if rank.gpu >= self.host_of(rank).gpu_count:
                 raise StartupFailure("crash", "init", rank.number, {"error": "invalid device ordinal"})
-            rank.free = host.free_idle_mib(rank.gpu) * MIB
+            rank.free = self.host_of(rank).free_idle_mib(rank.gpu) * MIB
         for rank in self.ranks:
+            host = self.host_of(rank)
             rank.allocate("context", (host.cuda_context_mib + host.noise_of(rank.gpu)) * MIB, self.capacity)
-        self._each("init", lambda replica: host.nccl_mib * MIB)
+        for replica in self.replicas:
+            for position, rank in enumerate(replica.ranks):
+                try:
+                    rank.allocate("init", self.host_of(rank).nccl_mib * MIB, self.capacity)
+                except StartupFailure as failure:
+                    later = [other.number for other in replica.ranks[position + 1:]
+                             if self.host_of(other).nccl_mib * MIB > other.free]
+                    raise StartupFailure("oom", "init", rank.number, failure.detail, [rank.number] + later)
         for replica in self.replicas:
             replica.p = min(rank.free for rank in replica.ranks)
             if self.args.tp_size > 1:
-                for rank in replica.ranks:
-                    if replica.p < rank.free * 0.9:
-                        raise StartupFailure("unbalanced", "init", rank.number, {"min": replica.p, "local": rank.free})
+                unbalanced = [rank for rank in replica.ranks if replica.p < rank.free * 0.9]
+                if unbalanced:
+                    rank = unbalanced[0]
+                    raise StartupFailure("unbalanced", "init", rank.number, {"min": replica.p, "local": rank.free},
+                                         [each.number for each in unbalanced])
         self._each("weights", lambda replica: self.weight_bytes)
         if self.draft is not None and self.era == ERA_CURRENT:
             self._each("draft_weights", lambda replica: self.draft_weight_bytes)
@@ -391,8 +435,9 @@ class Server:
         return self.failure is None and self.stress_headroom() >= safety_bytes
 
 
-def plan(host, model, draft, args) -> Server:
-    """The memory picture of ``args`` (resolved server args) on ``host``: startup walked, headroom known."""
-    server = Server(host, model, draft, args)
+def plan(host, model, draft, args, hosts=None) -> Server:
+    """The memory picture of ``args`` (resolved server args) on ``host``: startup walked, headroom known.
+    ``hosts``: with --nnodes > 1, every node's host in --node-rank order (the plan is the whole server's)."""
+    server = Server(host, model, draft, args, hosts)
     server.run_startup()
     return server

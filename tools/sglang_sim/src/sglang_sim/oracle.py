@@ -31,21 +31,23 @@ from sglang_sim.hostspec import GIB, SimConfigError
 from sglang_sim.model import load_model
 
 
-def _plan(host, model, draft, args, fraction):
+def _plan(host, model, draft, args, fraction, hosts=None):
     args.mem_fraction_static = fraction
-    return memory.plan(host, model, draft, args)
+    return memory.plan(host, model, draft, args, hosts)
 
 
-def search(host, model, draft, args, safety_gib: float, resolution: float) -> dict:
+def search(host, model, draft, args, safety_gib: float, resolution: float, hosts=None) -> dict:
     """Scan the grid of f values (resolution apart, in (0, 1)) and report the viable range, and the verdict for
-    ``args.mem_fraction_static`` (resolved: the flag or SGLang's default) under ``given``."""
+    ``args.mem_fraction_static`` (resolved: the flag or SGLang's default) under ``given``. ``hosts``: every node's
+    host of a multi-node server (--nnodes), in --node-rank order; the plan is the whole server's, so the maximum is
+    the smallest over the nodes."""
     given = args.mem_fraction_static
     steps = int(round(1 / resolution))
     digits = max(0, len(("%.10f" % resolution).rstrip("0").split(".")[1]))
     lowest = highest = None
     for step in range(1, steps):
         fraction = round(step * resolution, digits)
-        plan = _plan(host, model, draft, args, fraction)
+        plan = _plan(host, model, draft, args, fraction, hosts)
         if plan.failure is None and lowest is None:
             lowest = (fraction, plan)
         if plan.survives_stress(int(safety_gib * GIB)):
@@ -70,7 +72,12 @@ def search(host, model, draft, args, safety_gib: float, resolution: float) -> di
             "stress_activation_gib": round(plan.stress_activation_bytes(replica) / GIB, 4),
             "stress_free_gib_at_max": round(plan.stress_headroom() / GIB, 4),
         })
-    plan = _plan(host, model, draft, args, given)
+        if hosts:
+            result["nodes"] = [{"node_rank": node, "host": each.path,
+                                "free_after_start_gib_at_max": round(min(
+                                    rank.free for rank in plan.ranks if rank.node == node) / GIB, 4)}
+                               for node, each in enumerate(hosts)]
+    plan = _plan(host, model, draft, args, given, hosts)
     result["given"] = {
         "mem_fraction_static": given, "starts": plan.failure is None,
         "failure": None if plan.failure is None else plan.failure.kind,
@@ -109,6 +116,29 @@ def split_host_file(argv: list) -> tuple:
     return host_file, rest
 
 
+def _node_hosts(host, args, paths: list, version):
+    """Every node's host for --nnodes > 1 (None for one node); --node-host files, else ``host`` on each node."""
+    nnodes = int(args.nnodes or 1)
+    if nnodes <= 1:
+        if paths:
+            raise SimConfigError("--node-host needs --nnodes > 1")
+        return None
+    if args.tp_size % nnodes or args.pp_size != 1 or args.dp_size != 1:
+        raise SimConfigError("multi-node is simulated for one tensor-parallel group: --tp-size a multiple of "
+                             "--nnodes, --pp-size 1, --dp-size 1")
+    if not paths:
+        return [host] * nnodes
+    if len(paths) != nnodes:
+        raise SimConfigError("--nnodes %d needs --node-host %d times (node 0 first), got %d"
+                             % (nnodes, nnodes, len(paths)))
+    hosts = [host if index == 0 and host.path == path else hostspec.load_host(path)
+             for index, path in enumerate(paths)]
+    for each in hosts:
+        if version is not None:
+            each.sglang_version = version
+    return hosts
+
+
 def main(argv=None) -> int:
     """sglang-sim-oracle --host FILE --safety-gib X [--resolution R] [--sglang-version V] <launch_server flags>"""
     argv = sys.argv[1:] if argv is None else argv
@@ -119,6 +149,9 @@ def main(argv=None) -> int:
                                      "or /etc/sglang-sim/host.json); other flags are launch_server's.")
     parser.add_argument("--safety-gib", type=float, default=0.0, help="GiB that must stay free under stress")
     parser.add_argument("--resolution", type=float, default=0.001, help="grid step of the search")
+    parser.add_argument("--node-host", action="append", default=[], metavar="FILE",
+                        help="with --nnodes N: the host.json of each node, N times in --node-rank order (default: "
+                        "--host for every node)")
     parser.add_argument("--sglang-version", help="the SGLang version of the server (default: the installed sglang "
                         "distribution's, else host.json's sglang_version)")
     own, launch = parser.parse_known_args(argv)
@@ -127,10 +160,11 @@ def main(argv=None) -> int:
     if own.sglang_version is not None and not re.match(r"^v?\d+(\.\d+)*", own.sglang_version):
         parser.error("--sglang-version must be a version such as 0.5.9, got %r" % own.sglang_version)
     try:
-        host = hostspec.load_host(host_file)
+        host = hostspec.load_host(host_file if host_file or not own.node_host else own.node_host[0])
         if own.sglang_version is not None:
             host.sglang_version = own.sglang_version
         args = server_args.parse(launch)
+        hosts = _node_hosts(host, args, own.node_host, own.sglang_version)
         model = load_model(args.model_path)
         server_args.resolve(args, host, model, memory.era(host.sglang_version) == memory.ERA_CURRENT)
         draft = None
@@ -139,7 +173,7 @@ def main(argv=None) -> int:
     except SimConfigError as exc:
         sys.stderr.write("sglang-sim-oracle: %s\n" % exc)
         return 1
-    result = search(host, model, draft, args, own.safety_gib, own.resolution)
+    result = search(host, model, draft, args, own.safety_gib, own.resolution, hosts)
     explicit = any(arg == "--mem-fraction-static" or arg.startswith("--mem-fraction-static=") for arg in launch)
     result["given"]["source"] = "flag" if explicit else "sglang default"
     print(json.dumps(result, indent=2, sort_keys=True))

@@ -85,7 +85,9 @@ class Scheduler:
         self.hooks = hooks               # the HTTP server: memory_changed(), fatal(), request_done()
         self.host = server.host
         self.args = server.args
-        self.ranks = [rank for rank in replica.ranks if rank.dp_rank == dp_rank] or replica.ranks
+        ranks = [rank for rank in replica.ranks if rank.dp_rank == dp_rank] or replica.ranks
+        # Several nodes: this node's ranks; the others check their own room for the batch (Process.memory_changed).
+        self.ranks = [rank for rank in ranks if server.is_local(rank)] or ranks
         self.tag = self.ranks[0].tag
         self.pool = replica.tokens
         self.max_running = replica.max_running_requests

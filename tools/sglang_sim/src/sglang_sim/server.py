@@ -12,6 +12,9 @@ SIGTERM/SIGINT while serving end it cleanly (uvicorn's shutdown, exit 0); before
 live memory goes to the state file that nvidia-smi reads, which is removed on every exit.
 The SGLang version it runs (KV arithmetic era, error types, /get_server_info's version) is the installed ``sglang``
 distribution's, else host.json's (hostspec.sglang_version).
+With ``--nnodes N`` it is one node of a server over N hosts (multinode.py): it walks and logs only its own ranks,
+meets the others at --dist-init-addr and waits for them where SGLang's ranks run a collective, and dies when one of
+them dies; a node of --node-rank > 0 serves only SGLang's dummy health check.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import threading
 import time
 
 from sglang_sim import args as server_args
-from sglang_sim import gpu_state, hostspec, http_api, logs, memory
+from sglang_sim import gpu_state, hostspec, http_api, logs, memory, multinode
 from sglang_sim.hostspec import GIB, SimConfigError
 from sglang_sim.model import load_model
 
@@ -43,21 +46,27 @@ class Process:
         self.args = args
         self.faults = host.server_faults(args.mem_fraction_static)
         self.log = log
-        self.plan = memory.plan(host, model, draft, args)
+        # Several nodes: until the rendezvous tells the others' hosts, every node is taken to be this one (only this
+        # node's ranks and their CUDA context count before that); the plan is made again with the real hosts.
+        self.link = multinode.Link(args, host) if multinode.enabled(args) else None
+        self.plan = memory.plan(host, model, draft, args, [host] * args.nnodes if self.link else None)
         self.status = "Starting"
         self.schedulers = []
         self.dying = threading.Lock()
+        self.ending = threading.Lock()   # several nodes: one thread reports the end (a lost peer, an OOM)
         names = {rank.gpu: "sglang::scheduler" + (("_" + rank.tag.replace(" ", "_")) if rank.tag else "")
-                 for rank in self.plan.ranks}
+                 for rank in self.plan.local_ranks}
         self.state = gpu_state.StateWriter(hostspec.state_dir(), names)
         self.used = {}                   # gpu -> bytes held by the server
+        self.remote_activations = 0      # node R > 0: the activations of node 0's batches, held here too
+        self.collectives = 0             # startup barriers passed (the NCCL sequence number of a timeout)
 
     # -- memory ----------------------------------------------------------------------------------------------
 
     def publish(self, through=None):
         """Send the ranks' memory up to startup step ``through`` (all of it: None), plus the schedulers' cached
         activations, to the state file."""
-        for rank in self.plan.ranks:
+        for rank in self.plan.local_ranks:
             used = 0
             for name, size, _before, _after in rank.steps:
                 used += size
@@ -68,11 +77,20 @@ class Process:
         for scheduler in self.schedulers:
             for rank in scheduler.ranks:
                 extra[rank.gpu] = max(extra.get(rank.gpu, 0), scheduler.activations)
+        if self.remote_activations:
+            for rank in self.plan.local_ranks:
+                extra[rank.gpu] = max(extra.get(rank.gpu, 0), self.remote_activations)
         self.state.set({gpu: used + extra.get(gpu, 0) for gpu, used in self.used.items()})
 
     def memory_changed(self):
-        """Scheduler hook: activations grew."""
+        """Scheduler hook: activations grew. Several nodes: every rank of the TP group runs the batch, so node 0
+        hands the size on and waits until every node holds it (a node that cannot dies: its OOM, then ours)."""
         self.publish()
+        if self.link is not None and self.link.head:
+            try:
+                self.link.share_activations(max(scheduler.activations for scheduler in self.schedulers))
+            except multinode.PeerLost as lost:
+                self.peer_lost(lost, runtime=True)
 
     def request_done(self, _scheduler):
         """Scheduler hook: a user request finished; the crash_after_requests fault counts them."""
@@ -119,6 +137,8 @@ class Process:
     def each(self, message_of, ranks=None):
         """One record per rank (every TP rank prints its own copy of most startup lines)."""
         for rank in ranks or self.plan.ranks:
+            if not self.plan.is_local(rank):
+                continue
             for message in message_of(rank):
                 self.log.record(rank.tag, message)
 
@@ -131,6 +151,13 @@ class Process:
 
     def fail(self, failure):
         """Print what SGLang prints for a startup failure and die."""
+        if self.link is not None:
+            self.fail_node(failure)
+        self.report(failure)
+        self.fatal()
+
+    def report(self, failure):
+        """The traceback(s) of a startup failure (this node's ranks)."""
         plan, fmt = self.plan, self.log.format
         rank = plan.ranks[failure.rank]
         detail = failure.detail
@@ -140,12 +167,16 @@ class Process:
                 if rank in replica.ranks:
                     frames = logs.STEP_FRAMES["profile" if minimum is None else "profile_current"]
                     for each in replica.ranks:
+                        if not plan.is_local(each):
+                            continue
                         self.log.traceback(each.tag, logs.SCHEDULER_INIT + frames,
                                            logs.not_enough_memory(self.args.mem_fraction_static, minimum))
         elif failure.kind == "unbalanced":
             error = "RuntimeError" if memory.version_tuple(self.host.sglang_version) >= (0, 5, 7) else "ValueError"
             for replica in plan.replicas:
                 for each in replica.ranks:
+                    if not plan.is_local(each):
+                        continue
                     free = self.step(each, "init")
                     local = free[2] if free else each.free
                     if replica.p is not None and replica.p < local * 0.9:
@@ -174,7 +205,128 @@ class Process:
                                "RuntimeError: CUDA error: invalid device ordinal\nCUDA kernel errors might be "
                                "asynchronously reported at some other API call, so the stacktrace below might be "
                                "incorrect.")
+
+    def check(self, failure, *stages):
+        """A point where SGLang's ranks meet (a collective): several nodes wait for each other here; then the
+        startup stops if the plan fails at one of ``stages``."""
+        if self.link is not None:
+            self.sync(stages[0])
+        if failure is not None and failure.stage in stages:
+            self.fail(failure)
+
+    # -- several nodes ---------------------------------------------------------------------------------------
+
+    def sync(self, name):
+        """A startup barrier with the other nodes; a node that died or hangs ends this one."""
+        try:
+            self.link.barrier(name)
+            self.collectives += 1
+        except multinode.PeerLost as lost:
+            self.peer_lost(lost, runtime=False)
+
+    def rendezvous(self):
+        """Meet the other nodes at --dist-init-addr, then plan the whole server with every node's host."""
+        try:
+            wires = self.link.rendezvous(multinode.wire_host(self.host))
+            hosts = [self.host if node == self.link.node_rank else multinode.host_from_wire(wire)
+                     for node, wire in enumerate(wires)]
+        except multinode.RendezvousError as exc:
+            self.rendezvous_failed(exc)
+        except (SimConfigError, KeyError, TypeError) as exc:
+            self.rendezvous_failed(multinode.RendezvousError("rejected", {"error": "bad host from a node: %s" % exc}))
+        self.plan = memory.plan(self.host, self.model, self.draft, self.args, hosts)
+
+    def rendezvous_failed(self, exc):
+        """What torch raises in init_process_group when the nodes do not meet; then SGLang's death."""
+        link, plan = self.link, self.plan
+        frames = logs.SCHEDULER_INIT[:-2] + logs.RENDEZVOUS_FRAMES
+        head = plan.local_ranks[0]
+        if exc.kind == "timeout" and link.head:
+            per_node = len(plan.local_ranks)
+            self.log.traceback(head.tag, frames, logs.rendezvous_timeout_master(
+                link.rendezvous_timeout, exc.detail["joined"] * per_node, len(plan.ranks)))
+        elif exc.kind == "timeout":
+            for rank in plan.local_ranks:
+                self.log.traceback(rank.tag, frames, logs.rendezvous_timeout_client(
+                    link.rendezvous_timeout, link.address[0], link.address[1]))
+        elif exc.kind == "listen":
+            self.log.traceback(head.tag, frames, logs.rendezvous_listen_failed(
+                exc.detail["port"], exc.detail["errno"], exc.detail["strerror"]))
+        elif exc.kind == "closed":
+            for rank in plan.local_ranks:
+                self.log.traceback(rank.tag, frames, logs.rendezvous_closed())
+        else:
+            self.log.traceback(head.tag, frames, "RuntimeError: " + exc.detail["error"])
         self.fatal()
+
+    def fail_node(self, failure):
+        """Several nodes: a node prints and dies for its own failing ranks; a node without any waits for the
+        others to die (their connection closes) and ends with NCCL's error, as its ranks' next collective does."""
+        plan = self.plan
+        mine = [number for number in failure.ranks if plan.is_local(plan.ranks[number])]
+        if not mine:
+            peer = self.link.wait_lost()
+            if peer is None:
+                first = sorted(self.link.conns.values(), key=lambda conn: conn.node)[0]
+                self.peer_lost(multinode.PeerLost(first.peer, self.link.barrier_timeout), runtime=False)
+            self.peer_lost(multinode.PeerLost(peer), runtime=False)
+        if failure.kind not in ("oom", "capture_oom"):
+            self.report(memory.StartupFailure(failure.kind, failure.stage, mine[0], failure.detail, failure.ranks))
+            self.fatal()
+        for number in mine:
+            rank = plan.ranks[number]
+            detail = failure.detail if number == failure.rank else dict(failure.detail, free=rank.free,
+                                                                         used=rank.used)
+            self.report(memory.StartupFailure(failure.kind, failure.stage, number, detail))
+        self.fatal()
+
+    def peer_lost(self, lost, runtime: bool):
+        """Another node died (its connection closed) or never answered: every local rank's collective fails
+        with NCCL's error; SGLang then dies as for any scheduler exception."""
+        if not self.ending.acquire(blocking=False):
+            time.sleep(60)       # another thread reports the end and kills the process
+        frames = (logs.RUNTIME_COLLECTIVE_FRAMES if runtime
+                  else logs.SCHEDULER_INIT[:-2] + logs.STARTUP_COLLECTIVE_FRAMES)
+        for rank in self.plan.local_ranks:
+            if lost.timeout is not None:
+                message = logs.nccl_watchdog_timeout(rank.number, self.collectives + 1, lost.timeout)
+            else:
+                message = logs.nccl_remote_error(NCCL_VERSION, lost.peer)
+            self.log.traceback(rank.tag, frames, message)
+        self.fatal()
+
+    def remote_batch(self, size: int) -> bool:
+        """Node R > 0: node 0's batch needs ``size`` bytes of activations on every rank; ours too. A rank without
+        the room dies with torch's OOM (and so the server: node 0 sees the connection close)."""
+        if size <= self.remote_activations:
+            return True
+        failing = [rank for rank in self.plan.local_ranks if size > rank.free]
+        if failing:
+            if not self.ending.acquire(blocking=False):
+                time.sleep(60)
+            replica = self.plan.replicas[0]
+            for rank in failing:
+                message = logs.cuda_oom_message(
+                    rank.gpu, size - self.remote_activations, self.plan.capacity, rank.free - self.remote_activations,
+                    rank.used + self.remote_activations, graphs=self.plan.graph_bytes(replica))
+                self.log.traceback(rank.tag, logs.RUNTIME_FRAMES, "torch.OutOfMemoryError: " + message)
+            self.fatal()
+        self.remote_activations = size
+        self.publish()
+        return True
+
+    def serve_links(self):
+        """Startup is over: a node that dies from now on ends this one at once."""
+        if self.link is not None:
+            self.link.serve(lambda peer: self.peer_lost(multinode.PeerLost(peer), runtime=True),
+                            None if self.link.head else self.remote_batch)
+
+    def stop_node(self, *_ignored):
+        """SIGTERM/SIGINT of a node R > 0 while serving: its dummy health server (uvicorn at log level warning)
+        stops without a line and the process exits 0; node 0 then loses this node."""
+        with self.dying:
+            self.state.clear()
+            os._exit(0)  # pylint: disable=protected-access
 
     def startup(self):
         """Walk the startup phases, logging and publishing memory, and stop where the plan fails."""
@@ -184,26 +336,30 @@ class Process:
         started = time.time()
         self.publish("context")
         self.each(lambda rank: [logs.init_begin(fmt)])
-        if len(plan.ranks) > 1:
+        if self.link is not None:
+            self.rendezvous()
+            plan = self.plan
+            failure = plan.failure
+        if len(plan.ranks) > 1 and plan.is_local(plan.ranks[0]):
             self.log.record(plan.ranks[0].tag, "sglang is using nccl==%s" % NCCL_VERSION)
+        if self.link is not None:
+            self.each(lambda rank: ["Custom allreduce is disabled because this process group spans across nodes."])
         self.sleep(2.0 + 1.5 * len(plan.ranks), 0.05)
         self.publish("init")
-        if failure is not None and failure.stage in ("init", "context"):
-            self.fail(failure)
+        self.check(failure, "init", "context")
         self.each(lambda rank: logs.init_end(fmt, time.time() - started, _gib(self.step(rank, "init")[0])))
         self.each(lambda rank: [logs.load_begin(_gib(self.step(rank, "init")[2]))])
         if self.faults.get("hang_at_startup"):
             while True:
                 time.sleep(3600)
         if self.faults.get("crash_at_startup"):
-            self.log.traceback(plan.ranks[0].tag, logs.SCHEDULER_INIT + logs.STEP_FRAMES["weights"],
+            self.log.traceback(plan.local_ranks[0].tag, logs.SCHEDULER_INIT + logs.STEP_FRAMES["weights"],
                                "RuntimeError: CUDA error: an illegal memory access was encountered")
             self.fatal()
         load_started = time.time()
         self.sleep(model.total_size / (host.weight_load_gb_per_s * 1e9), 0.3)
         time.sleep(float(self.faults.get("slow_start_s") or 0))
-        if failure is not None and failure.stage == "weights":
-            self.fail(failure)
+        self.check(failure, "weights")
         dtype = "torch." + model.dtype
         self.publish("weights")
         self.each(lambda rank: [logs.load_end(fmt, time.time() - load_started, model.architecture, dtype,
@@ -211,8 +367,7 @@ class Process:
                                               _gib(self.step(rank, "weights")[0]))])
         if self.draft is not None and plan.era == memory.ERA_CURRENT:
             self.load_draft(failure)
-        if failure is not None and failure.stage == "profile":
-            self.fail(failure)
+        self.check(failure, "profile")
         self.memory_pool(failure)
         self.capture(failure, "graph", "", plan.tokens_per_request())
         if self.draft is not None and plan.era != memory.ERA_CURRENT:
@@ -223,10 +378,14 @@ class Process:
         if self.draft is not None:
             self.capture(failure, "draft_graph", "draft", 1)
         self.publish()
+        if self.link is not None:
+            self.sync("ready")
         for replica in plan.replicas:
             # Printed by TP rank 0 of each replica (with DP attention the DP ranks share one TP group: once).
             for dp_rank in replica.schedulers[:1] if args.enable_dp_attention else replica.schedulers:
                 head = next(rank for rank in replica.ranks if rank.dp_rank == dp_rank)
+                if not plan.is_local(head):
+                    continue
                 self.log.record(head.tag, logs.scheduler_line(
                     replica.tokens, args.chunked_prefill_size, args.max_prefill_tokens,
                     replica.max_running_requests, args.context_len, _gib(head.free)))
@@ -236,8 +395,7 @@ class Process:
         fmt = self.log.format
         self.each(lambda rank: [logs.load_begin(_gib((self.step(rank, "draft_weights") or (0, rank.free))[1]))])
         self.sleep(self.draft.total_size / (self.host.weight_load_gb_per_s * 1e9) + 5.0, 0.05)
-        if failure is not None and failure.stage == "draft_weights":
-            self.fail(failure)
+        self.check(failure, "draft_weights")
         self.publish("draft_weights")
         self.each(lambda rank: [logs.load_end(fmt, 0.5, self.draft.architecture, "torch." + self.draft.dtype,
                                               self.draft.quant_log_str(), _gib(self.step(rank, "draft_weights")[2]),
@@ -246,15 +404,14 @@ class Process:
     def memory_pool(self, failure):
         """req_to_token, the KV pool and its log lines, the workspaces."""
         plan, fmt = self.plan, self.log.format
-        if fmt == "classic":
+        if fmt == "classic" and plan.is_local(plan.ranks[0]):
             self.log.record(plan.ranks[0].tag, "Using KV cache dtype: %s" % plan.kv_dtype_name)
         for replica in plan.replicas:
             for warned, text in plan.warnings:
                 if warned is replica:
                     self.each(lambda rank, text=text: [text], replica.ranks)
         self.sleep(1.0, 0.02)
-        if failure is not None and failure.stage in ("req_to_token", "kv"):
-            self.fail(failure)
+        self.check(failure, "req_to_token", "kv")
         self.publish("workspace")
         for replica in plan.replicas:
             rows = replica.tokens + self.args.page_size
@@ -266,15 +423,13 @@ class Process:
             self.each(lambda rank, sizes=sizes, replica=replica: [
                 logs.kv_line(fmt, plan.kv_dtype_name, replica.tokens, sizes),
                 logs.pool_end(_gib(self.step(rank, "kv")[2]))], replica.ranks)
-        if failure is not None and failure.stage == "workspace":
-            self.fail(failure)
+        self.check(failure, "workspace")
 
     def draft_pool(self, failure):
         """The classic/mixin draft's own KV pool."""
         plan, fmt = self.plan, self.log.format
         self.sleep(0.5, 0.01)
-        if failure is not None and failure.stage == "draft_kv":
-            self.fail(failure)
+        self.check(failure, "draft_kv")
         self.publish("draft_kv")
         for replica in plan.replicas:
             rows = replica.tokens + self.args.page_size
@@ -296,12 +451,11 @@ class Process:
                 return [logs.capture_begin(fmt, role, tokens_per_req, _gib(before - (int(size * 0.6) if number else 0)))]
             self.each(begin)
             sizes = plan.replicas[0].captured_bs
-            if step == "graph" and number == 0 and fmt == "classic":
+            if step == "graph" and number == 0 and fmt == "classic" and plan.is_local(plan.ranks[0]):
                 self.log.record(plan.ranks[0].tag, "Capture cuda graph bs %s" % sizes)
             seconds = self.host.seconds(0.5 * len(sizes), 0.05)
             time.sleep(seconds)
-            if failure is not None and failure.stage == step:
-                self.fail(failure)
+            self.check(failure, step)
             self.publish(step)
             share = 0.6 if number == 0 else 0.4
 
@@ -316,6 +470,7 @@ class Process:
 def build(argv):
     """Parse argv and read host and models: (host, model, draft, resolved args)."""
     args = server_args.parse(argv)
+    multinode.check(args)
     host = hostspec.load_host()
     model = load_model(args.model_path)
     server_args.resolve(args, host, model, memory.era(host.sglang_version) == memory.ERA_CURRENT)
@@ -357,5 +512,9 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, process.interrupted)
     signal.signal(signal.SIGINT, process.interrupted)
     process.startup()
-    http_api.serve(process)
+    process.serve_links()
+    if process.link is not None and not process.link.head:
+        http_api.serve_node(process)
+    else:
+        http_api.serve(process)
     return 0
