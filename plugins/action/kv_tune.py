@@ -17,8 +17,9 @@ import uuid
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_tune
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode, kv_tune
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import InvalidInput
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout, NodeChannel
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 display = Display()
@@ -114,18 +115,24 @@ class ActionModule(ActionBase):
         self.armed = False     # a trial started on the host and neither committed nor reverted
         self.changed = False
         self.invocation_id = None   # the start of the server measured in place
+        self.node = None       # this unit's part in a multi-node server (kv_multinode.node_of)
+        self.nodes = None      # node 0 of a multi-node server: its followers' {"channel", "n" (next step), "ranks", "boots"}
         try:
             result = self._run(info)
         except Exception as exc:
             reverted = self._revert_if_armed()
-            if not isinstance(exc, (InvalidInput, ModuleFailed, ControllerGone)):
+            if not isinstance(exc, (InvalidInput, ModuleFailed, ControllerGone, ChannelTimeout)):
+                self._release_followers({"failed": True, "msg": str(exc)})
                 raise
             result = {"failed": True, "changed": self.changed or reverted, "msg": str(exc) + (
                 " (the trial in progress was reverted)" if reverted else "")}
         finally:
             self._unlock()
+        self._release_followers(result)
         result["unit"] = args["unit"]
         result["label"] = label
+        if self.node is not None:
+            result["node"] = self.node
         return result
 
     # -- the host --------------------------------------------------------------------------------------------------
@@ -154,7 +161,11 @@ class ActionModule(ActionBase):
         return {} if boot.get("failed") else boot
 
     def _trial_module(self, state, text=None, fact=None):
-        """kv_trial on the unit, as this run: it renews (or takes, or releases) the run's lock on the host."""
+        """kv_trial on the unit, as this run: it renews (or takes, or releases) the run's lock on the host. On node
+        0 of a multi-node server every other node does the same first (one value on every node, restarted
+        together)."""
+        if self.nodes is not None and state not in ("locked", "unlocked"):
+            self._step({"do": "kv_trial", "state": state, "text": text, "fact": fact})
         module_args = {"unit": self.args["unit"], "state": state, "run_id": self.run_id,
                        "controller": "%s pid %d" % (socket.gethostname(), self._controller),
                        "lease": self.args["confirm_timeout"] + 600}
@@ -203,6 +214,10 @@ class ActionModule(ActionBase):
     def _observe_trial(self, step):
         started = self._trial_module("started", step["text"]) if step["restart"] else None
         ready = self._ready((started or {}).get("invocation_id") or self.invocation_id)
+        if self.nodes is not None:
+            # The other nodes watch their GPUs while this node drives the load (every rank holds its activations).
+            self._step({"do": "observe", "watch": self.args["stress_duration"] + 5 if ready["ready"] else 0},
+                       wait=False)
         stress = None
         if ready["ready"]:
             stress = self._module("kv_stress", {
@@ -210,9 +225,127 @@ class ActionModule(ActionBase):
                 "duration": self.args["stress_duration"], "gpus": self.gpus}, may_fail=True)
             if stress.get("failed"):
                 stress = {"held": False, "failure_reason": stress.get("msg")}
-        running = self._fingerprint()
-        return {"started": started, "ready": ready, "stress": stress, "boot": self._boot(),
+        running, boot = self._fingerprint(), self._boot()
+        if self.nodes is not None:
+            seen = {ack["host"]: ack for ack in self._acks(self.nodes["n"] - 1)}
+            stress = kv_multinode.merge_samples(stress, seen) if stress is not None else None
+            boot = kv_multinode.server_boot(boot, {host: ack.get("boot") for host, ack in seen.items()})
+        return {"started": started, "ready": ready, "stress": stress, "boot": boot,
                 "running": running if running["running"] else None}
+
+    # -- a server on several hosts -----------------------------------------------------------------------------------
+
+    def _check_controller(self):
+        if os.getppid() != self._controller:
+            raise ControllerGone("ansible-playbook is gone; the trial in progress is reverted and the search ends")
+
+    def _channel(self):
+        return NodeChannel(self._task._uuid, self.node["key"])
+
+    def _lead(self):
+        """Node 0: wait until every other node's worker has joined; why they need tuning (None: their pins hold)."""
+        channel = self._channel()
+        ranks = list(range(1, self.node["nnodes"]))
+        # Every node of the server runs this task at once: a node whose worker never starts (fewer forks than
+        # nodes) would otherwise be waited for until a trial's timeout.
+        hellos = channel.wait(["hello-%d" % rank for rank in ranks], min(600, self.args["ready_timeout"]),
+                              "%s: the other nodes of the server at %s (every node must be in the play, and forks at "
+                              "least the number of nodes)" % (self.host, self.node["dist_init_addr"]),
+                              check=self._check_controller)
+        self.nodes = {"channel": channel, "n": 0, "ranks": ranks,
+                      "boots": {hello["host"]: hello.get("boot") for hello in hellos.values()}}
+        return kv_multinode.followers_reason(list(hellos.values()))
+
+    def _step(self, message, wait=True):
+        """Node 0: the next step for every other node; with ``wait``, their answers (a node that failed it fails
+        the search, which then reverts every node)."""
+        number = self.nodes["n"]
+        self.nodes["n"] += 1
+        self.nodes["channel"].post("step-%d" % number, dict(message, n=number, leader=self.inventory_host))
+        return self._acks(number) if wait else None
+
+    def _acks(self, number):
+        timeout = self.args["ready_timeout"] + 2 * self.args["stress_duration"] + 120
+        acks = list(self.nodes["channel"].wait(["ack-%d-%d" % (number, rank) for rank in self.nodes["ranks"]],
+                                               timeout, "%s: the other nodes' answer to step %d" % (self.host, number),
+                                               check=self._check_controller).values())
+        failed = ["node %d (%s): %s" % (ack["rank"], ack["host"], ack["msg"]) for ack in acks if not ack["ok"]]
+        if failed:
+            raise ModuleFailed("; ".join(failed))
+        return acks
+
+    def _release_followers(self, result):
+        """Node 0, whatever happened (also a failure before the others joined): the other nodes stop following, and
+        say what the search ended with."""
+        nodes, self.nodes = self.nodes, None
+        if nodes is None:
+            if self.node is None or self.node["node_rank"] != 0 or self._task.check_mode:
+                return
+            nodes = {"channel": self._channel(), "n": 0}
+        value = ((result.get("result") or {}).get("after") or {}).get("mem_fraction_static")
+        try:
+            nodes["channel"].post("step-%d" % nodes["n"], {
+                "do": "done", "n": nodes["n"], "leader": self.inventory_host, "value": value,
+                "status": "failed" if result.get("failed") else result.get("status"),
+                "line": result.get("line") or result.get("msg")})
+        except OSError as exc:
+            display.warning("%s: could not release the other nodes (%s); they stop at their timeout" % (self.host, exc))
+
+    def _follow(self, info, settings):
+        """Node 1 and up: say whether this node's pin holds, then do what node 0 says, step by step, until done."""
+        rank = self.node["node_rank"]
+        channel = self._channel()
+        plan = kv_tune.plan_start(info, self.host, settings["unit"], settings["force"], True, self.run_id)
+        status = {"refuse": "refuse", "report": plan.get("status")}.get(plan["do"], "tune")
+        channel.post("hello-%d" % rank, {"rank": rank, "host": self.inventory_host, "status": status,
+                                         "why": plan.get("why") or plan.get("msg"), "boot": self._boot()})
+        if status == "refuse":
+            raise ModuleFailed(plan["msg"])
+        self.info, self.invocation_id = info, info["invocation_id"]
+        number = 0
+        while True:
+            name = "step-%d" % number
+            # The first step follows node 0's readiness check; a later one may follow a whole trial.
+            timeout = (self.args["ready_timeout"] + 120) if number == 0 else (self.args["confirm_timeout"] + 600)
+            step = channel.wait([name], timeout, "%s: node 0's next step" % self.host,
+                                check=self._check_controller)[name]
+            if step["do"] == "done":
+                break
+            if step["do"] == "kv_trial":
+                self._lock()
+            answer = self._follow_step(step)
+            channel.post("ack-%d-%d" % (number, rank), dict(answer, rank=rank, host=self.inventory_host))
+            number += 1
+        line = "%s: node %d of the server led by %s: %s" % (self.host, rank, step["leader"], step.get("line"))
+        display.display(line)
+        out = {"changed": self.changed, "status": step["status"], "follower_of": step["leader"], "line": line,
+               "value": step.get("value"), "pin": info["pin"]}
+        if step["status"] in ("failed", "no_stable_value"):
+            out["msg"] = line
+        return out
+
+    def _follow_step(self, step):
+        """One of node 0's steps on this node: a kv_trial state (the same value and record), or watching the GPUs
+        during node 0's load; the answer node 0 waits for."""
+        if step["do"] == "kv_trial":
+            fact = step.get("fact")
+            if fact is not None:   # this node's own fingerprint in its pin: what its next run compares with
+                fact = dict(fact, fingerprint=self.info["fingerprint"], fingerprint_hash=self.info["fingerprint_hash"])
+            try:
+                result = self._trial_module(step["state"], step.get("text"), fact)
+            except ModuleFailed as exc:
+                return {"ok": False, "msg": str(exc)}
+            if result.get("invocation_id"):
+                self.invocation_id = result["invocation_id"]
+            return {"ok": True}
+        watched = {}
+        if step.get("watch"):
+            found = self._module("gpu_info", {"watch": step["watch"], "gpus": self.gpus}, may_fail=True)
+            watched = found.get("watched") or {}
+        running = self._fingerprint()
+        return {"ok": True, "min_free_gib_per_gpu": watched.get("min_free_gib_per_gpu") or {},
+                "running": bool(running["running"]), "same_start": running.get("invocation_id") == self.invocation_id,
+                "boot": self._boot()}
 
     # -- before the search -----------------------------------------------------------------------------------------
 
@@ -223,11 +356,18 @@ class ActionModule(ActionBase):
         # Before anything restarts: several servers on one host answer on their own ports, on their own GPUs.
         self.url = info.get("url") or self.url
         self.gpus = kv_tune.unit_gpus(info.get("gpu_memory"))
+        self.node = kv_multinode.node_of(info.get("server_args"))
+        others = None
+        if self.node is not None and not self._task.check_mode:
+            if self.node["node_rank"] > 0:
+                return self._follow(info, settings)
+            others = self._lead()
         if self.args["reset"]:
             return self._reset(info)
         safe = None
         for _step in range(4):
-            plan = kv_tune.plan_start(info, self.host, unit, settings["force"], self._task.check_mode, self.run_id)
+            plan = kv_tune.plan_start(info, self.host, unit, settings["force"], self._task.check_mode, self.run_id,
+                                      others)
             if plan["do"] not in ("restart", "revert", "disarm"):
                 break
             if plan["do"] != "disarm" and info.get("fingerprint"):
@@ -268,6 +408,8 @@ class ActionModule(ActionBase):
                 raise ModuleFailed("%s must serve its last-known-good value before it is tuned (%s: %s); nothing was "
                                    "restarted" % (unit, ready["reason"], ready["detail"]))
             boot, why, start, self.invocation_id = self._boot(), plan["why"], None, info["invocation_id"]
+            if self.nodes is not None:   # the server's P and A: the least of any node's, as it joined
+                boot = kv_multinode.server_boot(boot, self.nodes["boots"])
         running_value = info["mem_fraction_static"]
         if running_value is None:
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
@@ -280,7 +422,7 @@ class ActionModule(ActionBase):
     def _class_value(self, settings):
         """per_class: the value this member verifies (its class's less the margin), None for a search of its own."""
         entry = (self.args["class_plan"] or {}).get(settings["unit"])
-        if settings["strategy"] != "per_class" or not entry:
+        if settings["strategy"] != "per_class" or not entry or self.node is not None:
             return None
         canary = entry.get("canary_host")
         outcome = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import class_plan_units
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import registered_outcomes
 
 
 def kv_tune_class_plan(hostvars, hosts, probe_var="kv_tune_probe", force=False):
@@ -15,11 +15,9 @@ def kv_tune_class_plan(hostvars, hosts, probe_var="kv_tune_probe", force=False):
     registered when kv_tune was asked in check mode."""
     if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
         raise AnsibleFilterError("kv_tune_class_plan expects a list of hosts, got %s" % type(hosts).__name__)
-    probes = {}
-    for host in hosts:
-        found = hostvars[host].get(probe_var) if host in hostvars else None
-        probes[str(host)] = plain(dict(found)) if found is not None else None
-    return class_plan_units(probes, [str(host) for host in hosts], force=bool(force))
+    hosts = [str(host) for host in hosts]
+    probes = registered_outcomes(hostvars, hosts, probe_var)
+    return class_plan_units(probes, hosts, force=bool(force))
 
 
 class FilterModule:

@@ -151,7 +151,7 @@ def gpu_imbalance(gpu_memory):
                          BALANCE * 100))
 
 
-def plan_start(info, host, unit, force=False, check_mode=False, run_id=None):
+def plan_start(info, host, unit, force=False, check_mode=False, run_id=None, others=None):
     """What to do with a unit before any search, from kv_fingerprint's result ``info``, in this order:
 
     - ``{"do": "refuse", "msg"}``: its ExecStart does not take the tuner's value, another live run holds its lock, or
@@ -166,7 +166,8 @@ def plan_start(info, host, unit, force=False, check_mode=False, run_id=None):
     - ``{"do": "tune", "why", "dry_run", "line"}``: tune, or (``dry_run``, check mode) say that it would.
 
     Every step but ``report`` and ``refuse`` changes the host: the caller (run ``run_id``) takes the unit's lock first;
-    its own lock is no reason to refuse."""
+    its own lock is no reason to refuse. ``others``: why the other nodes of a multi-node server need tuning (it is
+    tuned as one), or None."""
     if not info["takes_kv_args"]:
         return {"do": "refuse", "msg": (
             "%s cannot be tuned: its ExecStart does not end with $LLMSERVE_KV_ARGS, so the tuner's drop-ins would not "
@@ -195,7 +196,7 @@ def plan_start(info, host, unit, force=False, check_mode=False, run_id=None):
                     "line": "%s: %s: %s; check mode changes nothing." % (host, unit, first["why"])}
         return first
     reason = retune_reason(info["pin"], info["fingerprint"], info["fingerprint_hash"], info["mem_fraction_static"],
-                           force, info.get("pin_error"))
+                           force, info.get("pin_error")) or others
     if reason is None:
         return {"do": "report", "status": "unchanged", "why": None, "line": unchanged_line(host, unit, info["pin"])}
     imbalance = gpu_imbalance(info.get("gpu_memory"))
@@ -886,7 +887,10 @@ def summary_rows(outcomes, pending=()):
     for host in sorted(outcomes):
         res = outcomes[host] or {}
         status = res.get("status")
-        if not res and host in pending:
+        if res.get("follower_of"):
+            rows.append({"host": host, "status": status, "after": res.get("value"), "line": res.get("line"),
+                         "follower_of": res["follower_of"]})
+        elif not res and host in pending:
             rows.append({"host": host, "status": "not tuned: its batch has not run",
                          "line": "%s: NOT STARTED (a later batch; the run stops at a batch with a failed host)"
                                  % host})

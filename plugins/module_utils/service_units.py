@@ -116,6 +116,10 @@ def unit_names(instances=None, name="sglang"):
             in _instances(name, instances)]
 
 
+def _node_rank(unit, value):
+    return 0 if value is None else checks.parse_number("%s: node_rank" % unit, value, int, ServiceUnitsError)
+
+
 def _port(unit, value):
     if value is None:
         return sa.DEFAULT_PORT  # no --port: SGLang's default
@@ -186,6 +190,8 @@ def compose(server_args=None, instances=None, name="sglang", env_dir="/etc/sglan
             "exec_start": exec_start,
             "port": server_port,
             "url": sa.probe_url({"host": args.get(keys.get("host")), "port": server_port}),
+            # A node other than 0 of a multi-node server runs no API, only SGLang's health check.
+            "follower_node": _node_rank(unit, args.get(keys.get("node_rank"))) > 0,
             "environment": env,
         })
     return units

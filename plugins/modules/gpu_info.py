@@ -53,6 +53,23 @@ options:
     type: str
     choices: [auto, nvml, nvidia_smi]
     default: auto
+  watch:
+    description:
+      - Seconds during which the GPUs are read again and again (every O(watch_interval)); RV(watched) then holds the
+        least free memory each GPU had. The other results are the last reading.
+      - For a load another host drives, such as a node of a multi-node SGLang server while node 0 serves the
+        requests.
+      - V(0) reads once.
+    type: float
+    default: 0
+  watch_interval:
+    description: Seconds between two readings while O(watch) lasts.
+    type: float
+    default: 0.1
+  gpus:
+    description: With O(watch), the indices of the GPUs RV(watched) covers; not set, every GPU.
+    type: list
+    elements: int
 notes:
   - On a GPU in MIG mode seen from an unprivileged container, NVML and nvidia-smi refuse the whole-GPU memory
     (C([Insufficient Permissions])); that GPU's memory values are then V(null), and so are RV(min_free_gib)
@@ -91,6 +108,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+watched:
+  description: With O(watch), the least free memory over the readings, per GPU of O(gpus) (GPU index as text ->
+    GiB) and over them, and how many readings were taken.
+  returned: when O(watch) is above 0
+  type: dict
+  sample: {"seconds": 120.0, "samples": 1187, "min_free_gib_per_gpu": {"4": 2.31, "5": 2.35}, "min_free_gib": 2.31}
 gpus:
   description: One entry per GPU, ordered by index.
   returned: success
@@ -211,6 +234,8 @@ nvml_error:
   sample: NVML library not found (libnvidia-ml.so.1)
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import (
@@ -219,6 +244,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import (
     probe,
 )
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import min_free_per_gpu
 
 
 def build_module() -> AnsibleModule:
@@ -226,6 +252,9 @@ def build_module() -> AnsibleModule:
         argument_spec=dict(
             nvidia_smi=dict(type="path"),
             prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
+            watch=dict(type="float", default=0),
+            watch_interval=dict(type="float", default=0.1),
+            gpus=dict(type="list", elements="int"),
         ),
         supports_check_mode=True,
     )
@@ -240,11 +269,26 @@ def main() -> None:
     def which(name):
         return module.get_bin_path(name)
 
+    params = module.params
+    if params["watch"] < 0 or params["watch_interval"] <= 0:
+        module.fail_json(msg="watch must be 0 or more and watch_interval above 0, got %r and %r"
+                             % (params["watch"], params["watch_interval"]))
+    readings = []
+    deadline = time.monotonic() + params["watch"]
     try:
-        result = probe(run_command=run_command, nvidia_smi=module.params["nvidia_smi"],
-                       prefer=module.params["prefer"], which=which)
+        while True:
+            result = probe(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
+                           which=which)
+            readings.append([gpu for gpu in result["gpus"] if params["gpus"] is None or gpu["index"] in params["gpus"]])
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(params["watch_interval"], max(0.0, deadline - time.monotonic())))
     except GpuProbeError as exc:
         module.fail_json(msg=str(exc))
+    if params["watch"] > 0:
+        least = {str(index): round(free / 2.0 ** 30, 3) for index, free in sorted(min_free_per_gpu(readings).items())}
+        result["watched"] = {"seconds": params["watch"], "samples": len(readings), "min_free_gib_per_gpu": least,
+                             "min_free_gib": min(least.values()) if least else None}
     module.exit_json(changed=False, **result)
 
 

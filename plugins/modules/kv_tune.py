@@ -31,6 +31,11 @@ description:
     unbalanced for SGLang (another process holding memory on one of them), restarts a server whose SGLang or model
     changed on disk since it started, clears revert timers left without a trial, and, when the last-known-good value
     no longer starts because of memory, tunes from a safe start (SGLang's default for these GPUs).
+  - A server that spans hosts (C(--nnodes)) is tuned as one when every node runs this task at once (as
+    C(playbooks/tune_kv.yml) does). Node 0 leads the search, and before each of its trial, commit and revert steps
+    every other node does the same; during the load they watch their GPUs
+    (O(llmserve.sglang.gpu_info#module:watch)). The least free GPU of any node judges the load, and every node
+    pins the value with its own fingerprint. The other nodes return RV(follower_of).
   - Prints a line per trial while it runs. A search that ends without a stable value, or fails, is a result
     (RV(status)), not a task failure, so that the caller can write the reports first; errors before anything
     changed (bad settings, a unit that cannot be tuned, a missing model) fail the task.
@@ -199,6 +204,16 @@ unit:
 label:
   description: The name lines, reports and the summary give the unit (the host; C(host/sglang@a) for one of several).
   returned: when one unit was tuned
+  type: str
+node:
+  description: This host's part in a server that spans hosts, C(key) (the server), C(nnodes), C(node_rank) and
+    C(dist_init_addr).
+  returned: when the server spans hosts
+  type: dict
+follower_of:
+  description: On a node other than 0 of a server that spans hosts, the host of node 0, which led the search; RV(line)
+    says how it ended and C(value) is the value pinned.
+  returned: on a node other than 0 of a server that spans hosts, outside check mode
   type: str
 units:
   description: Unit -> that unit's result (the keys above, with its own C(unit) and C(label)).

@@ -72,8 +72,8 @@ def test_two_nodes_serve_one_pool_that_the_oracle_predicts(make_sim):
     assert "Starting dummy health check server at 127.0.0.1:%d" % servers[1].port in servers[1].log
     assert simlib.request(servers[1].url + "/health_generate")[0] == 200
     assert simlib.request(servers[1].url + "/generate", {"text": "hi"})[0] == 404
-    status, body = simlib.request(servers[0].url + "/generate", {"text": "hello", "sampling_params":
-                                                                   {"max_new_tokens": 4}})
+    request = {"text": "hello", "sampling_params": {"max_new_tokens": 4}}
+    status, body = simlib.request(servers[0].url + "/generate", request)
     assert status == 200 and body["meta_info"]["completion_tokens"] == 4
     for sim in sims:
         gpus = probe_nvidia_smi(sim.smi_runner())["gpus"]

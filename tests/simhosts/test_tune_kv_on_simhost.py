@@ -62,17 +62,17 @@ def ssh(host: str, command: str, stdin: str | None = None, check: bool = True) -
     return proc.stdout
 
 
-def invocation(host: str) -> str:
-    return ssh(host, "systemctl show --property=InvocationID --value sglang.service").strip()
+def invocation(host: str, unit: str = "sglang.service") -> str:
+    return ssh(host, f"systemctl show --property=InvocationID --value {unit}").strip()
 
 
-def server_argv(host: str) -> list[str]:
-    pid = ssh(host, "systemctl show --property=MainPID --value sglang.service").strip()
+def server_argv(host: str, unit: str = "sglang.service") -> list[str]:
+    pid = ssh(host, f"systemctl show --property=MainPID --value {unit}").strip()
     return [word for word in ssh(host, f"cat /proc/{pid}/cmdline").split("\0") if word]
 
 
-def running_fraction(host: str) -> float | None:
-    argv = server_argv(host)
+def running_fraction(host: str, unit: str = "sglang.service") -> float | None:
+    argv = server_argv(host, unit)
     return float(argv[argv.index("--mem-fraction-static") + 1]) if "--mem-fraction-static" in argv else None
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from test_collection_on_simhost import play
 from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
-from test_tune_kv_on_simhost import HOST_JSON, SAFETY_GIB, ssh
+from test_tune_kv_on_simhost import HOST_JSON, SAFETY_GIB, invocation, running_fraction, server_argv, ssh
 
 PREFIX = "simunits"
 HOST = f"{PREFIX}1"
@@ -45,23 +45,9 @@ def tune(inventory, reports, **extravars):
                 extravars={**DEPLOY, "kv_tune_report_dir": str(reports), **extravars})
 
 
-def argv(unit: str) -> list[str]:
-    pid = ssh(HOST, f"systemctl show --property=MainPID --value {unit}").strip()
-    return [word for word in ssh(HOST, f"cat /proc/{pid}/cmdline").split("\0") if word]
-
-
-def running_fraction(unit: str) -> float:
-    words = argv(unit)
-    return float(words[words.index("--mem-fraction-static") + 1])
-
-
-def invocation(unit: str) -> str:
-    return ssh(HOST, f"systemctl show --property=InvocationID --value {unit}").strip()
-
-
 def oracle_max(unit: str) -> float:
     """The simulator's ground truth for the unit's own launch arguments, at the tuner's margin and grid."""
-    words = argv(unit)
+    words = server_argv(HOST, unit)
     args = words[words.index("-m") + 2:]
     index = args.index("--mem-fraction-static")
     del args[index:index + 2]
@@ -87,7 +73,7 @@ def test_one_run_tunes_each_unit_on_its_own_gpus_and_pins_each(units, tmp_path, 
         assert result["status"] == "tuned" and result["unit"] == unit, result
         truth, value = oracle_max(unit), pinned[unit]["mem_fraction_static"]
         assert truth - RES - 1e-9 <= value <= truth + 1e-9, (unit, value, truth)
-        assert running_fraction(unit) == pytest.approx(value)
+        assert running_fraction(HOST, unit) == pytest.approx(value)
         assert ssh(HOST, f"cat /etc/systemd/system/{unit}.d/50-kv-tune.conf").count(str(result["after"]["text"])) == 1
         # The load of each trial was judged on the unit's own GPUs.
         sampled = [set(trial["min_free_gib_per_gpu"]) for trial in result["trials"] if trial["min_free_gib_per_gpu"]]
@@ -103,11 +89,11 @@ def test_one_run_tunes_each_unit_on_its_own_gpus_and_pins_each(units, tmp_path, 
 
 
 def test_a_rerun_changes_nothing_on_either_unit(units, tmp_path):
-    before = {unit: invocation(unit) for unit in UNITS}
+    before = {unit: invocation(HOST, unit) for unit in UNITS}
     run = tune(units, tmp_path)
     assert run.status == "successful", run.stdout[-5000:]
     assert run.stats["changed"].get(HOST, 0) == 0, run.stdout[-5000:]
-    assert {unit: invocation(unit) for unit in UNITS} == before
+    assert {unit: invocation(HOST, unit) for unit in UNITS} == before
 
 
 def test_per_class_makes_the_second_unit_verify_the_first_ones_value(units, tmp_path):

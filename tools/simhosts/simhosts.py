@@ -565,6 +565,9 @@ def make_network(entry: dict) -> None:
     run(["ip", "-n", netns, "route", "add", "default", "via", str(outer)])
     run(["ip", "addr", "add", f"{outer}/30", "dev", veth])
     run(["ip", "link", "set", veth, "up"])
+    # The hosts reach each other through this machine (the nodes of a multi-node server), and only they: forwarding
+    # is switched on for the hosts' own interfaces, not for the machine's.
+    Path(f"/proc/sys/net/ipv4/conf/{veth}/forwarding").write_text("1\n", encoding="utf-8")
 
 
 def console_tail(home: Path, lines: int = 60) -> str:

@@ -28,8 +28,14 @@ def test_one_server_with_the_role_defaults():
         "server_args": {"model_path": "/models/m", "host": "127.0.0.1", "port": 30000, "mem_fraction_static": None},
         "mem_fraction_static": None, "mem_fraction_static_from": "SGLang's default", "kv_args": "",
         "exec_start": LAUNCH + " --model-path /models/m --host 127.0.0.1 --port 30000",
-        "port": 30000, "url": "http://127.0.0.1:30000", "environment": {},
+        "port": 30000, "url": "http://127.0.0.1:30000", "follower_node": False, "environment": {},
     }]
+
+
+def test_a_node_other_than_0_of_a_multinode_server_is_a_follower():
+    units = compose({"tp_size": 16, "nnodes": 2, "dist_init_addr": "10.0.0.1:5000", "node_rank": 1})
+    assert units[0]["follower_node"] is True and "--node-rank 1" in units[0]["exec_start"]
+    assert compose({"nnodes": 2, "node_rank": 0})[0]["follower_node"] is False
 
 
 def test_two_instances_with_their_own_ports_values_and_environment():

@@ -251,8 +251,8 @@ def not_enough_memory(mem_fraction_static: float, minimum: float | None) -> str:
 
 def _torch_frame(path: str, line: int, function: str, source: str) -> list:
     """Two traceback lines for a frame in torch (beside sglang in site-packages)."""
-    return ['  File "%s", line %d, in %s' % (os.path.join(os.path.dirname(_SGLANG_DIR), "torch", path), line,
-                                              function), "    " + source]
+    path = os.path.join(os.path.dirname(_SGLANG_DIR), "torch", path)
+    return ['  File "%s", line %d, in %s' % (path, line, function), "    " + source]
 
 
 # init_torch_distributed -> init_process_group("tcp://<dist-init-addr>") -> torch's TCPStore rendezvous.

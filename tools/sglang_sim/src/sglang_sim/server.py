@@ -275,8 +275,8 @@ class Process:
             self.fatal()
         for number in mine:
             rank = plan.ranks[number]
-            detail = failure.detail if number == failure.rank else dict(failure.detail, free=rank.free,
-                                                                         used=rank.used)
+            detail = (failure.detail if number == failure.rank
+                      else dict(failure.detail, free=rank.free, used=rank.used))
             self.report(memory.StartupFailure(failure.kind, failure.stage, number, detail))
         self.fatal()
 

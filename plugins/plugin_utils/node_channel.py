@@ -1,0 +1,70 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""How the nodes of one multi-node server take part in one search, on the controller.
+
+Each node is a host of the same kv_tune task, run by its own worker of the same ansible-playbook. Node 0's worker
+leads the search; the other workers follow it. They talk through JSON files in a directory of that ansible-playbook's
+own private temporary directory (removed when it exits), named after the task and the server: no network, no other
+user, and a message is either absent or complete (written aside, then renamed).
+
+Messages: ``hello-<rank>`` (a follower joined, with what its host says about its pin), ``step-<n>`` (the leader's
+next step for every follower), ``ack-<n>-<rank>`` (a follower's answer to it).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ansible import constants as C
+
+
+class ChannelTimeout(Exception):
+    """A node did not answer in time; the message names what was awaited."""
+
+
+class NodeChannel:
+    """The message directory of one server's search in one task."""
+
+    def __init__(self, task_id, server_key, directory=None):
+        base = directory or C.DEFAULT_LOCAL_TMP
+        self.path = os.path.join(base, "kv-tune-%s-%s" % (task_id, server_key))
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+
+    def post(self, name, data):
+        """Write message ``name`` (complete or not at all)."""
+        final = os.path.join(self.path, name + ".json")
+        temporary = "%s.%d.tmp" % (final, os.getpid())
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+        os.replace(temporary, final)
+
+    def read(self, name):
+        """Message ``name``, or None while it is not there."""
+        try:
+            with open(os.path.join(self.path, name + ".json"), encoding="utf-8") as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            return None
+
+    def wait(self, names, timeout, what, check=None, interval=0.2):
+        """{name: message} once every message of ``names`` is there; ``check()`` runs between looks (it raises to
+        give up, e.g. when ansible-playbook is gone). Raises :class:`ChannelTimeout` naming ``what`` and the missing
+        messages after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        found = {}
+        while True:
+            for name in names:
+                if name not in found:
+                    message = self.read(name)
+                    if message is not None:
+                        found[name] = message
+            if len(found) == len(names):
+                return found
+            if time.monotonic() >= deadline:
+                raise ChannelTimeout("%s: no answer within %d s (%s missing)"
+                                     % (what, timeout, ", ".join(name for name in names if name not in found)))
+            if check is not None:
+                check()
+            time.sleep(interval)

@@ -1,0 +1,124 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""One SGLang server on two simulated 8x H100 hosts (prefix simnodes): Llama-3.1-70B at TP16, --nnodes 2, node 0 on
+simnodes1 (it serves the API), node 1 on simnodes2, joined at node 0's --dist-init-addr over the hosts' network.
+Another process holds 4 GiB of one GPU of node 1 (within SGLang's balance limit), so the least free GPU of the
+server is on the node that serves no request.
+
+tune_kv.yml tunes the server as one: every trial restarts both nodes on one value, node 1 watches its GPUs while
+node 0 drives the load, the least free GPU of either node judges it, and both nodes pin the value. The simulator's
+oracle, asked for both nodes, gives the largest stable value. A re-run changes nothing.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from test_collection_on_simhost import play
+from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
+from test_tune_kv_on_simhost import (HOST_JSON, SAFETY_GIB, TRIAL_DROPIN, invocation, running_fraction, server_argv,
+                                     set_faults, ssh)
+
+PREFIX = "simnodes"
+NODES = [f"{PREFIX}1", f"{PREFIX}2"]
+RES = 0.005
+
+pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with sim_inventory(tmp_path_factory.mktemp("simnodes"), PREFIX, ["h100-llama70b"] * 2) as inventory:
+        hosts = yaml.safe_load((inventory / "hosts.yml").read_text())["sim"]["hosts"]
+        leader = hosts[NODES[0]]["ansible_host"]
+        for rank, host in enumerate(NODES):
+            args = {"served_model_name": "llama-3.1-70b-instruct", "tp_size": 16, "nnodes": 2, "node_rank": rank,
+                    "dist_init_addr": f"{leader}:5000"}
+            (inventory / "host_vars").mkdir(exist_ok=True)
+            (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump({"sglang_service_server_args": args}))
+        set_faults(NODES[1], gpu_occupied_mib={"3": 4096})
+        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
+        assert site.status == "successful", site.stdout[-6000:]
+        yield inventory
+
+
+def tune(inventory, reports, **extravars):
+    return play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
+                extravars={"kv_tune_report_dir": str(reports), **extravars})
+
+
+def oracle_max() -> float:
+    """The simulator's ground truth for the whole server (both nodes' host.json), at the tuner's margin and grid."""
+    ssh(NODES[0], "cat > /tmp/node1-host.json", stdin=ssh(NODES[1], f"cat {HOST_JSON}"))
+    words = server_argv(NODES[0])
+    args = words[words.index("-m") + 2:]
+    index = args.index("--mem-fraction-static")
+    del args[index:index + 2]
+    out = ssh(NODES[0], " ".join(["/opt/sglang-sim/bin/sglang-sim-oracle", "--host", HOST_JSON, "--node-host",
+                                  HOST_JSON, "--node-host", "/tmp/node1-host.json", *args,
+                                  "--safety-gib", str(SAFETY_GIB), "--resolution", str(RES)]))
+    return json.loads(out)["max_mem_fraction_static"]
+
+
+def pin(host: str) -> dict:
+    return json.loads(ssh(host, "cat /etc/ansible/facts.d/sglang_kv.fact"))["sglang.service"]
+
+
+def test_the_server_is_tuned_as_one_and_pinned_on_both_nodes(server, tmp_path, measured):
+    run = tune(server, tmp_path)
+    assert run.status == "successful", run.stdout[-8000:]
+    result = json.loads((tmp_path / f"{NODES[0]}.json").read_text())
+    assert result["status"] == "tuned", result
+    value = result["after"]["mem_fraction_static"]
+    truth = oracle_max()
+    assert truth - RES - 1e-9 <= value <= truth + 1e-9, (value, truth, result["trials"])
+    for host in NODES:
+        assert pin(host)["mem_fraction_static"] == pytest.approx(value)
+        assert running_fraction(host) == pytest.approx(value)
+    # Node 1's GPUs were watched under every load, and the least free GPU of the server was one of them.
+    loaded = [trial for trial in result["trials"] if trial["min_free_gib_per_gpu"]]
+    assert loaded and all(any(key.startswith(NODES[1] + ":") for key in trial["min_free_gib_per_gpu"])
+                          for trial in loaded), loaded
+    last = loaded[-1]["min_free_gib_per_gpu"]
+    assert min(last, key=last.get) == f"{NODES[1]}:3", last
+    assert "node 1 of the server led by %s" % NODES[0] in run.stdout
+    rows = {row["host"]: row for row in json.loads((tmp_path / "summary.json").read_text())}
+    assert rows[NODES[1]]["follower_of"] == NODES[0] and rows[NODES[1]]["after"] == pytest.approx(value)
+    measured("two-node server (TP16 over 2 hosts, 4 GiB held on node 1): %s -> %s in %d restart(s), oracle %s"
+             % (result["before"]["mem_fraction_static"], value, result["restarts"], truth))
+
+
+def test_a_rerun_changes_nothing_on_either_node(server, tmp_path):
+    before = {host: invocation(host) for host in NODES}
+    run = tune(server, tmp_path)
+    assert run.status == "successful", run.stdout[-5000:]
+    assert all(run.stats["changed"].get(host, 0) == 0 for host in NODES), run.stdout[-5000:]
+    assert {host: invocation(host) for host in NODES} == before
+
+
+def test_a_start_that_runs_node_1_out_of_memory_backs_off_from_node_1s_failure(server, tmp_path):
+    """Fault: at 0.96 the node that serves no request (4 GiB held) runs out of memory; node 0 only loses its peer
+    (nccl_error, not a memory failure). The search reads node 1's failure, backs off, and both nodes end on one
+    stable value, each pinned."""
+    run = tune(server, tmp_path, kv_tune_force=True, kv_tune_start=0.96)
+    assert run.status == "successful", run.stdout[-8000:]
+    result = json.loads((tmp_path / f"{NODES[0]}.json").read_text())
+    first = result["trials"][0]
+    assert first["text"] == "0.960" and first["outcome"] in ("startup_oom", "runtime_oom"), first
+    value, truth = result["after"]["mem_fraction_static"], oracle_max()
+    assert truth - RES - 1e-9 <= value <= truth + 1e-9, (value, truth, result["trials"])
+    for host in NODES:
+        assert pin(host)["mem_fraction_static"] == pytest.approx(value)
+        assert running_fraction(host) == pytest.approx(value)
+        assert ssh(host, f"test -e {TRIAL_DROPIN} && echo left || echo none").strip() == "none"
+
+
+def test_a_server_with_a_node_left_out_is_not_tuned(server, tmp_path):
+    before = {host: invocation(host) for host in NODES}
+    run = tune(server, tmp_path, kv_tune_hosts=NODES[0], kv_tune_force=True)
+    assert run.status == "failed"
+    assert "node rank 1 is not in this run" in run.stdout
+    assert {host: invocation(host) for host in NODES} == before
