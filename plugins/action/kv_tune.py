@@ -90,22 +90,28 @@ class ActionModule(ActionBase):
             for unit in units:
                 self.args = dict(args, unit=unit)
                 infos[unit] = self._fingerprint()
-            refusal = kv_tune.shared_gpus({unit: kv_tune.unit_gpus(info.get("gpu_memory"))
-                                           for unit, info in infos.items()})
-            if refusal:
-                return {"failed": True, "changed": False, "msg": "%s: %s" % (host, refusal)}
+            sharing = kv_tune.neighbours({unit: kv_tune.unit_gpus(info.get("gpu_memory"))
+                                          for unit, info in infos.items()})
             for unit in units:
+                # A neighbour tuned before may have restarted this unit: ask it again.
+                info = infos[unit] if not any(self.tuned.get(other, {}).get("changed") for other in sharing[unit]) \
+                    else None
                 self.tuned[unit] = self._tune_unit(dict(args, unit=unit), host, kv_tune.target_label(host, unit),
-                                                   infos[unit])
+                                                   info, {other: infos[other] for other in sharing[unit]})
+                if sharing[unit] and self.tuned[unit].get("changed"):
+                    infos[unit] = self._fingerprint()    # what its neighbours' searches must find serving
             return kv_tune.combine_units(host, self.tuned)
         except (InvalidInput, ModuleFailed, ControllerGone) as exc:
             return {"failed": True, "changed": False, "msg": str(exc)}
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
 
-    def _tune_unit(self, args, host, label, info=None):
-        """One unit: its search (or nothing), with the unit's own state; ``label`` names it in every line."""
+    def _tune_unit(self, args, host, label, info=None, neighbours=None):
+        """One unit: its search (or nothing), with the unit's own state; ``label`` names it in every line.
+        ``neighbours``: unit -> kv_fingerprint's result of the other units of the host that share its GPUs (their
+        servers are loaded with it in every trial, and serve again afterwards)."""
         self.args = args
+        self.neighbours = neighbours or {}
         self.inventory_host = host
         self.host = label
         self.url = args["url"]
@@ -129,6 +135,10 @@ class ActionModule(ActionBase):
         finally:
             self._unlock()
         self._release_followers(result)
+        lost = self._neighbours_serving() if self.neighbours and (self.changed or "result" in result) else []
+        if lost:
+            said = result.get("msg") or result.get("line")
+            result = dict(result, failed=True, changed=True, msg="; ".join(([said] if said else []) + lost))
         result["unit"] = args["unit"]
         result["label"] = label
         if self.node is not None:
@@ -222,7 +232,8 @@ class ActionModule(ActionBase):
         if ready["ready"]:
             stress = self._module("kv_stress", {
                 "url": self.url, "api_key": self.args["api_key"], "fill_ratio": self.args["stress_fill_ratio"],
-                "duration": self.args["stress_duration"], "gpus": self.gpus}, may_fail=True)
+                "duration": self.args["stress_duration"], "gpus": self.gpus,
+                "also_urls": [found["url"] for found in self.neighbours.values() if found.get("url")]}, may_fail=True)
             if stress.get("failed"):
                 stress = {"held": False, "failure_reason": stress.get("msg")}
         running, boot = self._fingerprint(), self._boot()
@@ -232,6 +243,43 @@ class ActionModule(ActionBase):
             boot = kv_multinode.server_boot(boot, {host: ack.get("boot") for host, ack in seen.items()})
         return {"started": started, "ready": ready, "stress": stress, "boot": boot,
                 "running": running if running["running"] else None}
+
+    def _neighbours_serving(self):
+        """After this unit's search: every server that shares its GPUs serves again. One that a trial ran out of
+        memory (systemd restarts it, perhaps while the trial still held its memory) is restarted on its own
+        last-known-good value and must answer; what still does not is named."""
+        lost, restarts = [], []
+        for unit, before in sorted(self.neighbours.items()):
+            now = self._module("kv_fingerprint", {"unit": unit, "model_revision": self.args["model_revision"],
+                                                  "require_running": False})
+            if now["running"] and now.get("invocation_id") == before.get("invocation_id"):
+                continue
+            display.display("%s: %s, which shares its GPUs, stopped or restarted during the search: restarting it on "
+                            "its last-known-good value" % (self.host, unit))
+            self.changed = True
+            restarted = self._module("kv_trial", {"unit": unit, "state": "reverted"}, may_fail=True)
+            ready = self._module("sglang_ready", {
+                "url": now.get("url") or before.get("url"), "unit": unit, "api_key": self.args["api_key"],
+                "timeout": self.args["ready_timeout"], "interval": self.args["ready_interval"],
+                "invocation_id": restarted.get("invocation_id")}, may_fail=True)
+            if restarted.get("failed") or not ready.get("ready"):
+                lost.append("%s, which shares the GPUs of %s, DOES NOT SERVE: %s" % (
+                    unit, self.args["unit"], restarted.get("msg") or "%s: %s" % (ready.get("reason"), ready.get("detail"))))
+            else:
+                restarts.append(unit)
+        if restarts and not lost:
+            # Restarted after the last trial: the pair as it runs now must hold the joint load once more.
+            stress = self._module("kv_stress", {
+                "url": self.url, "api_key": self.args["api_key"], "fill_ratio": self.args["stress_fill_ratio"],
+                "duration": self.args["stress_duration"], "gpus": self.gpus,
+                "also_urls": [found["url"] for found in self.neighbours.values() if found.get("url")]}, may_fail=True)
+            if not stress.get("held") or (stress.get("min_free_gib") or 0) < self.args["safety_gib"]:
+                lost.append("%s and %s, restarted on their last-known-good values, do not hold the load together "
+                            "with %s GiB to spare (%s): run tune_kv.yml again" % (
+                                self.args["unit"], ", ".join(restarts), self.args["safety_gib"],
+                                stress.get("failure_reason") or stress.get("msg") or
+                                "%s GiB free" % stress.get("min_free_gib")))
+        return lost
 
     # -- a server on several hosts -----------------------------------------------------------------------------------
 
@@ -356,6 +404,9 @@ class ActionModule(ActionBase):
         # Before anything restarts: several servers on one host answer on their own ports, on their own GPUs.
         self.url = info.get("url") or self.url
         self.gpus = kv_tune.unit_gpus(info.get("gpu_memory"))
+        if self.gpus is not None:   # the neighbours' GPUs too: their memory is what the pair has left
+            for found in self.neighbours.values():
+                self.gpus = sorted(set(self.gpus) | set(kv_tune.unit_gpus(found.get("gpu_memory")) or []))
         self.node = kv_multinode.node_of(info.get("server_args"))
         others = None
         if self.node is not None and not self._task.check_mode:

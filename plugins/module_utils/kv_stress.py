@@ -167,6 +167,26 @@ def summarize_run(pool_tokens: int, plan: dict, outcomes: list, samples: list, s
     }
 
 
+def merge_runs(main: dict, others: dict) -> dict:
+    """The result of loading several servers that share GPUs at once (``others``: url -> that server's run): the
+    main server's, held only when every other server held its own load too, with the least free memory any run saw
+    on each GPU. The other servers' own results are under ``also``."""
+    merged = dict(main)
+    per_gpu = dict(main.get("min_free_gib_per_gpu") or {})
+    for url, other in sorted(others.items()):
+        for index, free in (other.get("min_free_gib_per_gpu") or {}).items():
+            per_gpu[index] = min(per_gpu.get(index, free), free)
+        if merged["held"] and not other.get("held"):
+            merged["held"] = False
+            merged["failure_reason"] = "%s, loaded at the same time on the same GPUs: %s" % (
+                url, other.get("failure_reason") or "it did not hold its load")
+    merged["min_free_gib_per_gpu"] = per_gpu
+    merged["min_free_gib"] = min(per_gpu.values()) if per_gpu else main.get("min_free_gib")
+    keys = ("held", "failure_reason", "pool_tokens", "fill_reached", "requests_completed", "server_alive_at_end")
+    merged["also"] = {url: {key: other.get(key) for key in keys} for url, other in others.items()}
+    return merged
+
+
 # --------------------------------------------------------------------------------------------------
 # I/O
 # --------------------------------------------------------------------------------------------------

@@ -227,22 +227,18 @@ def unit_gpus(gpu_memory):
     return found or None
 
 
-def shared_gpus(gpu_sets):
-    """Why units that share GPUs are not tuned (unit -> its GPUs, None: unknown), or None: disjoint.
+def neighbours(gpu_sets):
+    """unit -> the other units whose servers share a GPU with it (unit -> its GPUs, None: unknown, shares nothing
+    known).
 
-    One unit's trial loads only that unit: the memory the other one's batches take on a shared GPU under load would
-    count for neither, and a value stable alone could run both out of memory at peak traffic."""
-    units = sorted(unit for unit, gpus in gpu_sets.items() if gpus)
-    for position, first in enumerate(units):
-        for second in units[position + 1:]:
-            common = sorted(set(gpu_sets[first]) & set(gpu_sets[second]))
-            if common:
-                return ("%s and %s share GPU%s %s: units that share GPUs are not tuned (a trial loads one server, "
-                        "so the other's activations under load would not be counted). Give each server its own GPUs "
-                        "(base_gpu_id), or tune one of them with kv_tune_units and pin the other yourself; nothing "
-                        "was restarted" % (first, second, "s" if len(common) > 1 else "",
-                                           ", ".join(str(gpu) for gpu in common)))
-    return None
+    A trial of a unit then loads its neighbours too, at the same time: the batches of servers on one GPU take their
+    activations from the same free memory, and a value stable alone can run the pair out of memory at peak traffic."""
+    found = {unit: [] for unit in gpu_sets}
+    for unit, gpus in gpu_sets.items():
+        for other, other_gpus in gpu_sets.items():
+            if other != unit and gpus and other_gpus and set(gpus) & set(other_gpus):
+                found[unit].append(other)
+    return {unit: sorted(others) for unit, others in found.items()}
 
 
 def unit_outcome(outcome, unit):
@@ -482,7 +478,8 @@ def lower_bound(boot, model, min_tokens=None):
 def classify_trial(ready, stress, boot, not_memory_gib=None):
     """(outcome, why) of a trial from its readiness wait, its load (None when it never answered) and the startup
     facts of its boot. The phase decides an out-of-memory: before the KV pool (init_oom: f too low), after it but
-    before the first answer (startup_oom: graphs, warm-up), under the load (runtime_oom). A failure that is not about
+    before the first answer (startup_oom: graphs, warm-up), under the load (runtime_oom, also when a server sharing
+    the GPUs did not hold the same load). A failure that is not about
     memory is ``fatal``: an unbalanced GPU, NCCL, the weights not fitting, an exception at start, or a crash under
     the load while ``not_memory_gib`` or more stayed free."""
     boot = boot or {}
@@ -495,6 +492,9 @@ def classify_trial(ready, stress, boot, not_memory_gib=None):
             return "stable", None
         why = (stress or {}).get("failure_reason") or failure.get("line") or "the load did not hold"
         if kind in _OOM_KINDS:
+            return "runtime_oom", why
+        # A server sharing the GPUs, loaded at the same time, did not hold: the pair ran out of memory under load.
+        if any(not other.get("held") for other in ((stress or {}).get("also") or {}).values()):
             return "runtime_oom", why
         free = (stress or {}).get("min_free_gib")
         if not_memory_gib is not None and free is not None and free >= not_memory_gib:

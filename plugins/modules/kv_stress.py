@@ -74,6 +74,15 @@ options:
   seed:
     description: Seed of the random prompts; random when not set.
     type: int
+  also_urls:
+    description:
+      - Other servers loaded at the same time, each as this one (the same O(fill_ratio), O(duration) and API key),
+        such as servers that share this one's GPUs, whose activations meet on them under load.
+      - The result is this server's, held only when every one of them held too; RV(min_free_gib_per_gpu) is the
+        least any run saw, and C(also) holds each one's own result.
+    type: list
+    elements: str
+    default: []
   gpus:
     description:
       - The indices of the server's GPUs; only they are sampled. On a host with several servers (C(sglang@a) on
@@ -161,6 +170,11 @@ min_free_gib:
   returned: success
   type: float
   sample: 4.273
+also:
+  description: With O(also_urls), each other server's own result (C(held), C(failure_reason), C(pool_tokens),
+    C(fill_reached), C(requests_completed), C(server_alive_at_end)), by URL.
+  returned: with O(also_urls)
+  type: dict
 samples:
   description: Number of GPU memory samples taken.
   returned: success
@@ -204,11 +218,13 @@ probe_errors:
   sample: []
 """
 
+import threading
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import KvStressError, run_stress
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import KvStressError, merge_runs, run_stress
 
 
 def build_module() -> AnsibleModule:
@@ -227,6 +243,7 @@ def build_module() -> AnsibleModule:
             prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
             seed=dict(type="int"),
             gpus=dict(type="list", elements="int"),
+            also_urls=dict(type="list", elements="str", default=[]),
         ),
         mutually_exclusive=[("duration", "rounds")],
         supports_check_mode=False,
@@ -247,13 +264,33 @@ def main() -> None:
             return gpus
         return [gpu for gpu in gpus if gpu["index"] in params["gpus"]]
 
+    def load(url):
+        return run_stress(base_url=url, api_key=params["api_key"], fill_ratio=params["fill_ratio"],
+                          duration=params["duration"], rounds=params["rounds"], max_new_tokens=params["max_new_tokens"],
+                          concurrency=params["concurrency"], request_timeout=params["request_timeout"],
+                          sample_interval=params["sample_interval"], probe=sample, seed=params["seed"])
+
+    # Servers that share the GPUs are loaded at the same time: their activations meet on those GPUs.
+    others = {}
+
+    def load_other(url):
+        try:
+            others[url] = load(url)
+        except KvStressError as exc:
+            others[url] = {"held": False, "failure_reason": str(exc)}
+
+    threads = [threading.Thread(target=load_other, args=(url,), daemon=True) for url in params["also_urls"]]
+    for thread in threads:
+        thread.start()
     try:
-        result = run_stress(base_url=params["url"], api_key=params["api_key"], fill_ratio=params["fill_ratio"],
-                            duration=params["duration"], rounds=params["rounds"], max_new_tokens=params["max_new_tokens"],
-                            concurrency=params["concurrency"], request_timeout=params["request_timeout"],
-                            sample_interval=params["sample_interval"], probe=sample, seed=params["seed"])
+        result = load(params["url"])
     except KvStressError as exc:
         module.fail_json(msg=str(exc))
+    finally:
+        for thread in threads:
+            thread.join()
+    if params["also_urls"]:
+        result = merge_runs(result, others)
     module.exit_json(changed=False, **result)
 
 

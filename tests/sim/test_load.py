@@ -4,6 +4,7 @@
 """Under load: the KV pool fills, activations grow, too high a --mem-fraction-static dies; the oracle agrees."""
 from __future__ import annotations
 
+import threading
 import time
 
 import simlib
@@ -105,3 +106,31 @@ def test_hang_at_startup_fault(make_sim):
     assert not server.wait_ready(3)
     assert server.proc.poll() is None
     assert "Load weight begin." in server.log and "Load weight end." not in server.log
+
+
+def test_servers_sharing_a_gpu_take_their_activations_from_the_same_memory(make_sim):
+    """Two servers on the same 8 GPUs, the second sized from what the first left free: the second holds its load
+    alone, but with the first loaded at the same time one of them runs out of memory, as on a real GPU."""
+    sim = make_sim("h100-llama70b")
+    first = sim.start(simlib.launch_args("h100-llama70b", mem_fraction_static=0.5))
+    assert first.wait_ready(), first.log
+    second = sim.start(simlib.launch_args("h100-llama70b", mem_fraction_static=0.85))
+    assert second.wait_ready(), second.log
+    assert simlib.flood(second.url, 8, 8000, 16) == [200] * 8
+    second.stop()
+    second = sim.start(simlib.launch_args("h100-llama70b", mem_fraction_static=0.85))
+    assert second.wait_ready(), second.log
+    both = [None, None]
+
+    def load(position, server):
+        both[position] = simlib.flood(server.url, 8, 8000, 16)
+
+    threads = [threading.Thread(target=load, args=(position, server)) for position, server in enumerate((first, second))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    time.sleep(0.5)
+    dead = [server for server in (first, second) if server.proc.poll() is not None]
+    assert len(dead) == 1, both
+    assert parse_startup_log(dead[0].log)["failure"]["kind"] == "runtime_oom"

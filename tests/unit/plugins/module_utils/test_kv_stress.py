@@ -14,6 +14,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import (
     GIB,
     KvStressError,
     classify_error,
+    merge_runs,
     min_free_per_gpu,
     plan_requests,
     server_limits,
@@ -134,3 +135,18 @@ def test_summary_of_errors_from_a_live_server():
     assert not result["held"] and result["failure_reason"].startswith("1 of 2 requests failed: HTTP 400")
     result = summarize_run(232, PLAN, [_ok(), _ok()], [], False, 1.0)
     assert not result["held"] and "not answering" in result["failure_reason"]
+
+
+def test_servers_loaded_at_once_hold_only_together():
+    main = {"held": True, "failure_reason": None, "min_free_gib": 3.0, "min_free_gib_per_gpu": {"0": 3.0, "1": 3.5}}
+    held = {"held": True, "failure_reason": None, "min_free_gib": 2.5, "min_free_gib_per_gpu": {"0": 2.5, "1": 4.0},
+            "pool_tokens": 100, "fill_reached": 0.95}
+    both = merge_runs(main, {"http://127.0.0.1:30002": held})
+    assert both["held"] and both["min_free_gib_per_gpu"] == {"0": 2.5, "1": 3.5} and both["min_free_gib"] == 2.5
+    assert both["also"]["http://127.0.0.1:30002"]["pool_tokens"] == 100
+    died = dict(held, held=False, failure_reason="the server died under load")
+    one = merge_runs(main, {"http://127.0.0.1:30002": died})
+    assert not one["held"]
+    assert one["failure_reason"] == ("http://127.0.0.1:30002, loaded at the same time on the same GPUs: the server "
+                                     "died under load")
+    assert main["held"] and "also" not in main    # not changed in place

@@ -160,6 +160,8 @@ def test_unchanged_line():
     ({"ready": True}, {"held": False}, {"kind": "runtime_oom"}, "runtime_oom"),
     ({"ready": True}, {"held": False}, {"kind": "capture_oom"}, "runtime_oom"),
     ({"ready": True}, {"held": False}, None, "crash"),
+    ({"ready": True}, {"held": False, "also": {"http://b": {"held": False}}}, None, "runtime_oom"),
+    ({"ready": True}, {"held": False, "also": {"http://b": {"held": True}}}, None, "crash"),
     ({"ready": True}, None, None, "crash"),
     ({"ready": False, "reason": "unit_failed"}, None, {"kind": "init_oom"}, "init_oom"),
     ({"ready": False, "reason": "unit_failed"}, None, {"kind": "runtime_oom"}, "startup_oom"),
@@ -435,15 +437,14 @@ def test_a_units_gpus_are_those_its_processes_use():
     assert kv_tune.unit_gpus([gpu(0, 0)]) is None and kv_tune.unit_gpus(None) is None
 
 
-@pytest.mark.parametrize("gpu_sets, shared", [
-    ({"sglang@a.service": [0, 1, 2, 3], "sglang@b.service": [4, 5, 6, 7]}, None),
-    ({"sglang@a.service": [0, 1, 2, 3], "sglang@b.service": None}, None),
-    ({"sglang@a.service": [0, 1, 2, 3], "sglang@b.service": [3, 4]}, "sglang@a.service and sglang@b.service share GPU 3:"),
-    ({"a.service": [0, 1], "b.service": [4], "c.service": [0, 1, 5]}, "a.service and c.service share GPUs 0, 1:"),
+@pytest.mark.parametrize("gpu_sets, expected", [
+    ({"a": [0, 1, 2, 3], "b": [4, 5, 6, 7]}, {"a": [], "b": []}),
+    ({"a": [0, 1, 2, 3], "b": None}, {"a": [], "b": []}),
+    ({"a": [0, 1, 2, 3], "b": [3, 4]}, {"a": ["b"], "b": ["a"]}),
+    ({"a": [0, 1], "b": [4], "c": [0, 1, 5], "d": [5]}, {"a": ["c"], "b": [], "c": ["a", "d"], "d": ["c"]}),
 ])
-def test_units_that_share_a_gpu_are_refused(gpu_sets, shared):
-    found = kv_tune.shared_gpus(gpu_sets)
-    assert found is None if shared is None else found.startswith(shared) and "nothing was restarted" in found
+def test_units_that_share_a_gpu_are_each_others_neighbours(gpu_sets, expected):
+    assert kv_tune.neighbours(gpu_sets) == expected
 
 
 def test_labels_and_report_names_of_several_units():

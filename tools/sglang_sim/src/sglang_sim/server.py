@@ -39,7 +39,7 @@ def _gib(value: int) -> float:
 class Process:
     """What the simulated SGLang process holds: plan, log, state file, schedulers, lifecycle."""
 
-    def __init__(self, host, model, draft, args, log):
+    def __init__(self, host, model, draft, args, log, others_at_start=None):
         self.host = host
         self.model = model
         self.draft = draft
@@ -58,6 +58,9 @@ class Process:
                  for rank in self.plan.local_ranks}
         self.state = gpu_state.StateWriter(hostspec.state_dir(), names)
         self.used = {}                   # gpu -> bytes held by the server
+        # Other servers on this host's GPUs when this one started: what they take more later (their own load on a
+        # shared GPU) is gone from this one's headroom, as on a real GPU.
+        self.others_at_start = dict(others_at_start or {})
         self.remote_activations = 0      # node R > 0: the activations of node 0's batches, held here too
         self.collectives = 0             # startup barriers passed (the NCCL sequence number of a timeout)
 
@@ -81,6 +84,10 @@ class Process:
             for rank in self.plan.local_ranks:
                 extra[rank.gpu] = max(extra.get(rank.gpu, 0), self.remote_activations)
         self.state.set({gpu: used + extra.get(gpu, 0) for gpu, used in self.used.items()})
+
+    def others_growth(self, gpu: int) -> int:
+        """Bytes the other servers on GPU ``gpu`` hold now beyond what they held when this one started."""
+        return max(0, others_used().get(gpu, 0) - self.others_at_start.get(gpu, 0))
 
     def memory_changed(self):
         """Scheduler hook: activations grew. Several nodes: every rank of the TP group runs the batch, so node 0
@@ -492,6 +499,12 @@ def _rewrite_argv0(host, argv):
         os.execv(sys.executable, [wanted, "-m", "sglang.launch_server"] + list(argv))
 
 
+def others_used() -> dict:
+    """GPU index -> bytes the other live servers of this host hold on it now."""
+    return {index: sum(entry.get("used_bytes", 0) for entry in entries)
+            for index, entries in gpu_state.read_state(hostspec.state_dir(), os.getpid()).items()}
+
+
 def main(argv=None) -> int:
     """The launch_server entry point."""
     argv = sys.argv[1:] if argv is None else argv
@@ -505,10 +518,10 @@ def main(argv=None) -> int:
     log = logs.Log(host.log_format)
     log.record("", "server_args=" + server_args.server_args_repr(args))
     # Another live server on a GPU (several servers on one host) holds memory as any other process does.
-    for index, entries in gpu_state.read_state(hostspec.state_dir(), os.getpid()).items():
-        taken = sum(entry.get("used_bytes", 0) for entry in entries) // hostspec.MIB
-        host.occupied_mib[index] = host.occupied_mib.get(index, 0) + taken
-    process = Process(host, model, draft, args, log)
+    others = others_used()
+    for index, taken in others.items():
+        host.occupied_mib[index] = host.occupied_mib.get(index, 0) + taken // hostspec.MIB
+    process = Process(host, model, draft, args, log, others_at_start=others)
     signal.signal(signal.SIGTERM, process.interrupted)
     signal.signal(signal.SIGINT, process.interrupted)
     process.startup()
