@@ -155,15 +155,26 @@ class ActionModule(ActionBase):
             raise ModuleFailed(result.get("msg") or "%s failed: %s" % (name, result))
         return result
 
-    def _fingerprint(self):
-        return self._module("kv_fingerprint", {"unit": self.args["unit"], "model_revision": self.args["model_revision"],
-                                               "require_running": False})
+    def _fingerprint(self, unit=None):
+        """kv_fingerprint of the unit (or of ``unit``, a neighbour)."""
+        return self._module("kv_fingerprint", {"unit": unit or self.args["unit"],
+                                               "model_revision": self.args["model_revision"], "require_running": False})
 
-    def _ready(self, invocation_id=None):
+    def _ready(self, invocation_id=None, unit=None, url=None, may_fail=False):
+        """sglang_ready on the unit (or on ``unit`` at ``url``, a neighbour)."""
         return self._module("sglang_ready", {
-            "url": self.url, "unit": self.args["unit"], "api_key": self.args["api_key"],
+            "url": url or self.url, "unit": unit or self.args["unit"], "api_key": self.args["api_key"],
             "timeout": self.args["ready_timeout"], "interval": self.args["ready_interval"],
-            "invocation_id": invocation_id})
+            "invocation_id": invocation_id}, may_fail=may_fail)
+
+    def _load(self):
+        """kv_stress on the unit's server, with every neighbour's loaded at the same time; a module failure is a
+        load that did not hold."""
+        stress = self._module("kv_stress", {
+            "url": self.url, "api_key": self.args["api_key"], "fill_ratio": self.args["stress_fill_ratio"],
+            "duration": self.args["stress_duration"], "gpus": self.gpus,
+            "also_urls": [found["url"] for found in self.neighbours.values() if found.get("url")]}, may_fail=True)
+        return {"held": False, "failure_reason": stress.get("msg")} if stress.get("failed") else stress
 
     def _boot(self):
         """The startup facts of the unit's last start; {} when its log says nothing (rotated out of the journal)."""
@@ -228,14 +239,7 @@ class ActionModule(ActionBase):
             # The other nodes watch their GPUs while this node drives the load (every rank holds its activations).
             self._step({"do": "observe", "watch": self.args["stress_duration"] + 5 if ready["ready"] else 0},
                        wait=False)
-        stress = None
-        if ready["ready"]:
-            stress = self._module("kv_stress", {
-                "url": self.url, "api_key": self.args["api_key"], "fill_ratio": self.args["stress_fill_ratio"],
-                "duration": self.args["stress_duration"], "gpus": self.gpus,
-                "also_urls": [found["url"] for found in self.neighbours.values() if found.get("url")]}, may_fail=True)
-            if stress.get("failed"):
-                stress = {"held": False, "failure_reason": stress.get("msg")}
+        stress = self._load() if ready["ready"] else None
         running, boot = self._fingerprint(), self._boot()
         if self.nodes is not None:
             seen = {ack["host"]: ack for ack in self._acks(self.nodes["n"] - 1)}
@@ -250,18 +254,14 @@ class ActionModule(ActionBase):
         last-known-good value and must answer; what still does not is named."""
         lost, restarts = [], []
         for unit, before in sorted(self.neighbours.items()):
-            now = self._module("kv_fingerprint", {"unit": unit, "model_revision": self.args["model_revision"],
-                                                  "require_running": False})
+            now = self._fingerprint(unit)
             if now["running"] and now.get("invocation_id") == before.get("invocation_id"):
                 continue
             display.display("%s: %s, which shares its GPUs, stopped or restarted during the search: restarting it on "
                             "its last-known-good value" % (self.host, unit))
             self.changed = True
             restarted = self._module("kv_trial", {"unit": unit, "state": "reverted"}, may_fail=True)
-            ready = self._module("sglang_ready", {
-                "url": now.get("url") or before.get("url"), "unit": unit, "api_key": self.args["api_key"],
-                "timeout": self.args["ready_timeout"], "interval": self.args["ready_interval"],
-                "invocation_id": restarted.get("invocation_id")}, may_fail=True)
+            ready = self._ready(restarted.get("invocation_id"), unit, now.get("url") or before.get("url"), may_fail=True)
             if restarted.get("failed") or not ready.get("ready"):
                 lost.append("%s, which shares the GPUs of %s, DOES NOT SERVE: %s" % (
                     unit, self.args["unit"], restarted.get("msg") or "%s: %s" % (ready.get("reason"), ready.get("detail"))))
@@ -269,16 +269,12 @@ class ActionModule(ActionBase):
                 restarts.append(unit)
         if restarts and not lost:
             # Restarted after the last trial: the pair as it runs now must hold the joint load once more.
-            stress = self._module("kv_stress", {
-                "url": self.url, "api_key": self.args["api_key"], "fill_ratio": self.args["stress_fill_ratio"],
-                "duration": self.args["stress_duration"], "gpus": self.gpus,
-                "also_urls": [found["url"] for found in self.neighbours.values() if found.get("url")]}, may_fail=True)
+            stress = self._load()
             if not stress.get("held") or (stress.get("min_free_gib") or 0) < self.args["safety_gib"]:
                 lost.append("%s and %s, restarted on their last-known-good values, do not hold the load together "
                             "with %s GiB to spare (%s): run tune_kv.yml again" % (
                                 self.args["unit"], ", ".join(restarts), self.args["safety_gib"],
-                                stress.get("failure_reason") or stress.get("msg") or
-                                "%s GiB free" % stress.get("min_free_gib")))
+                                stress.get("failure_reason") or "%s GiB free" % stress.get("min_free_gib")))
         return lost
 
     # -- a server on several hosts -----------------------------------------------------------------------------------

@@ -110,10 +110,13 @@ def _instances(name, instances):
     return out
 
 
+def _unit_name(name, inst_name):
+    return "%s%s.service" % (name, "@" + inst_name if inst_name else "")
+
+
 def unit_names(instances=None, name="sglang"):
     """The units the role renders: ``<name>@<instance>.service`` per instance, else ``<name>.service``."""
-    return ["%s%s.service" % (name, "@" + inst_name if inst_name else "") for inst_name, _inst, _label
-            in _instances(name, instances)]
+    return [_unit_name(name, inst_name) for inst_name, _inst, _label in _instances(name, instances)]
 
 
 def _node_rank(unit, value):
@@ -149,7 +152,7 @@ def compose(server_args=None, instances=None, name="sglang", env_dir="/etc/sglan
             ("sglang_service_server_args", server_args)]
     units, ports = [], {}
     for inst_name, inst, label in _instances(name, instances):
-        unit = unit_names([inst] if inst_name else None, name)[0]
+        unit = _unit_name(name, inst_name)
         layers = list(base)
         if inst_name:
             inst_args = _dict(label + ".server_args", inst.get("server_args"))

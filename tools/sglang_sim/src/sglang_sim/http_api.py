@@ -216,7 +216,26 @@ class _HttpServer(ThreadingHTTPServer):
     request_queue_size = 1024
 
 
-class Handler(BaseHTTPRequestHandler):
+class _Methods(BaseHTTPRequestHandler):
+    """GET, POST and PUT (SGLang accepts PUT on /generate) all go to ``_route(method)``."""
+
+    def do_GET(self):  # pylint: disable=invalid-name
+        """GET routes."""
+        self._route("GET")
+
+    def do_POST(self):  # pylint: disable=invalid-name
+        """POST routes."""
+        self._route("POST")
+
+    def do_PUT(self):  # pylint: disable=invalid-name
+        """PUT routes."""
+        self._route("PUT")
+
+    def _route(self, method: str):
+        raise NotImplementedError
+
+
+class Handler(_Methods):
     """Routes SGLang's paths; logs uvicorn's access lines."""
 
     protocol_version = "HTTP/1.1"
@@ -258,18 +277,6 @@ class Handler(BaseHTTPRequestHandler):
             return True
         parts = (self.headers.get("Authorization") or "").split(" ", 1)
         return len(parts) == 2 and parts[0].lower() == "bearer" and hmac.compare_digest(parts[1], key)
-
-    def do_GET(self):  # pylint: disable=invalid-name
-        """GET routes."""
-        self._route("GET")
-
-    def do_POST(self):  # pylint: disable=invalid-name
-        """POST routes."""
-        self._route("POST")
-
-    def do_PUT(self):  # pylint: disable=invalid-name
-        """PUT routes (SGLang accepts PUT on /generate)."""
-        self._route("PUT")
 
     def _route(self, method: str):
         # Read the whole body first, even for a request that is refused: the connection may be kept alive.
@@ -419,8 +426,9 @@ def serve(process):
     httpd.serve_forever()
 
 
-class _DummyHandler(BaseHTTPRequestHandler):
-    """launch_dummy_health_check_server's app: /health, /health_generate and /ping answer 200 with no body."""
+class _DummyHandler(_Methods):
+    """launch_dummy_health_check_server's app: /health, /health_generate and /ping answer 200 with no body; any
+    other path is FastAPI's 404 (405 for another method on a health path)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -429,7 +437,7 @@ class _DummyHandler(BaseHTTPRequestHandler):
 
     _PATHS = ("/health", "/health_generate", "/ping")
 
-    def _answer(self, method: str):
+    def _route(self, method: str):
         length = int(self.headers.get("Content-Length") or 0)
         if length > 0:
             self.rfile.read(length)
@@ -446,18 +454,6 @@ class _DummyHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/json")
         self.end_headers()
         self.wfile.write(body)
-
-    def do_GET(self):  # pylint: disable=invalid-name
-        """The health paths; anything else is FastAPI's 404."""
-        self._answer("GET")
-
-    def do_POST(self):  # pylint: disable=invalid-name
-        """No POST route: FastAPI's 404 (405 on a health path)."""
-        self._answer("POST")
-
-    def do_PUT(self):  # pylint: disable=invalid-name
-        """No PUT route either."""
-        self._answer("PUT")
 
 
 def serve_node(process):
