@@ -75,15 +75,23 @@ Failures
 --------
 ``failure`` is ``None`` when the boot became ready and nothing failed after that, or when it simply stops
 (truncated, still loading). Otherwise it is ``{kind, line, advice}``, where ``line`` is the log line that proves
-it. Kinds, in order of precedence (the earliest proof of the best kind wins):
+it. Kinds, in order of precedence (within a kind, proof by a phase line or by frames beats proof by position, and
+then the earliest proof wins):
 
 - ``init_oom``: the KV budget is <= 0: ``Not enough memory. Please try to increase --mem-fraction-static``,
   ``Loaded weights leave no GPU memory for the KV cache``, ``Memory pool size is too small``, ``Not enough GPU
   memory for hybrid``, or ``max_total_tokens=... is larger than the profiled value -N`` (a negative profile);
-- ``capture_oom``: ``Capture cuda graph failed: ... out of memory``, or a CUDA/HIP OOM while a graph capture runs
-  (between a ``Capture ... graph begin`` and its end, or in a traceback through the graph runner);
-- ``weights_oom``: a CUDA/HIP OOM before the KV pool exists (while loading weights);
-- ``runtime_oom``: a CUDA/HIP OOM after the KV pool exists, outside capture (draft load, warm-up, serving);
+- ``capture_oom``: SGLang's own ``Capture cuda graph failed: ... out of memory`` (it wins over an earlier bare OOM
+  traceback of the same failure), or a CUDA/HIP OOM while a graph capture runs (between a ``Capture ... graph
+  begin`` and its end on that rank) or in a traceback through the capture path (``in capture``,
+  ``capture_one_batch_size``, a graph runner's ``__init__``; a graph *replay* does not count);
+- ``weights_oom``: a CUDA/HIP OOM with positive evidence of the weight load, before the KV pool exists: a traceback
+  through the model loader (``load_model``, ``load_weights``, ``model_loader/``), or a rank between its ``Load
+  weight begin`` and ``Load weight end``;
+- ``runtime_oom``: any other CUDA/HIP OOM: after ``ready``; in a traceback through the serving loop
+  (``event_loop_*``, ``run_batch``, ``forward_thread_func``, ``forward_batch_generation``, ...), with or without a
+  KV line before it; after the KV pool exists (draft load, warm-up); or with nothing that proves the phase
+  (lowering --mem-fraction-static is the safe answer then);
 - ``unbalanced_memory``: ``The memory capacity is unbalanced`` (an error in classic SGLang, a warning later: it
   only counts when the boot did not become ready);
 - ``nccl_error``: ``NCCL error``, ``ncclInternalError``/``ncclSystemError``/..., ``NCCL WARN``,
@@ -215,9 +223,15 @@ _FATAL = re.compile(
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _EXCEPTION_LINE = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
 _FRAME_LINE = re.compile(r"^\s*File \"")
-_CAPTURE_FRAME = re.compile(r"graph_runner|in capture|capture_one|_capture_graph|init_device_graphs|"
-                            r"init_cuda_graphs|capture_decode_graph|capture_prefill_graph")
-_WEIGHTS_FRAME = re.compile(r"load_model|load_weights|model_loader|in get_model\b")
+# Frames that prove the phase of an exception. Capture: the graph runners' capture path (a graph *replay* while
+# serving runs through the same files, so their names alone do not count). Serving: the scheduler's loop and the
+# worker thread that runs its batches. Weights: the model loader.
+_CAPTURE_FRAME = re.compile(r"\bin (?:capture\w*|_capture\w*|\w*_capture|init_device_graphs|init_cuda_graphs|"
+                            r"init_piecewise_cuda_graphs|warmup_and_capture)\b|graph_runner\.py\", line \d+, in __init__")
+_SERVING_FRAME = re.compile(r"\bin (?:event_loop_\w+|run_batch|forward_thread_func_?|process_batch_result\w*|"
+                            r"forward_batch_generation|recv_requests|handle_generate_request)\b")
+_WEIGHTS_FRAME = re.compile(r"\bin (?:load_model|load_weights\w*|get_model|_load_weights\w*|load_weights_and_postprocess)\b"
+                            r"|model_loader/")
 _SGLANG_MARKER = re.compile(
     r"server_args=ServerArgs\(|Load weight (?:begin|end)\.|Init (?:torch distributed|parallel) (?:begin|end)"
     r"|KV Cache (?:is allocated|VA upper bound)|Memory pool end\.|Capture\b[^.]*\bgraph (?:begin|end|failed)"
@@ -242,8 +256,8 @@ FAILURE_KINDS = {
         "or free the GPUs of other processes."
     ),
     "runtime_oom": (
-        "The GPU ran out of memory after the KV pool was allocated (draft model, warm-up or serving): the "
-        "headroom P*(1-f) is too small for the activations. Lower --mem-fraction-static."
+        "The GPU ran out of memory outside weight loading and graph capture (draft model, warm-up or serving): "
+        "the headroom P*(1-f) is too small for the activations. Lower --mem-fraction-static."
     ),
     "unbalanced_memory": (
         "Free GPU memory differs by more than 10% between ranks: another process holds memory on some GPUs. "
@@ -382,24 +396,41 @@ def _nearest_oom_numbers(lines, index, after):
     return best[1] if best else None
 
 
+def _oom_kind(ready, capturing, frames, loading, kv_allocated):
+    """(kind, proven) of a device OOM: the phase the boot was in, and whether a phase line or the traceback's frames
+    prove it (True) or only its position after the KV pool does (False)."""
+    if ready:
+        return "runtime_oom", True
+    if capturing or frames == "capture":
+        return "capture_oom", True
+    if frames == "serving":
+        return "runtime_oom", True
+    if not kv_allocated and (frames == "weights" or loading):
+        return "weights_oom", True
+    # After the KV pool (a draft model, warm-up), or with nothing that says the weights were loading: --mem-fraction-
+    # static may cure it, and lowering it is the safe way to find out.
+    return "runtime_oom", False
+
+
 def classify_failure(lines):
     """Classify the failure of one boot (a list of log lines); see the module docstring ("Failures").
 
     Returns ``None`` or ``{"kind": ..., "line": ..., "advice": ...}``, plus ``"oom": {...}`` when the numbers of
     the device OOM are known (module docstring, "Failures").
     """
-    evidence = []  # (precedence, index, kind, line)
+    evidence = []  # (precedence, 0 proven by a phase line or frames / 1 by position, index, kind, line)
     kv_allocated = False
     capturing = set()  # ranks between a "Capture ... graph begin" and its "end"
+    loading = set()  # ranks between a "Load weight begin" and its "end"
     ready_at = None
     terminal = False  # the boot ended: fatal marker, systemd stop/exit, or a device/budget OOM
-    frame_hint, after_frame = None, False
+    frames, after_frame = None, False  # the phase the current traceback's frames prove
     last_exception = -1  # the last Python exception line ("TypeError: ...") outside traceback frames
     weak_tracebacks = []  # tracebacks without a fatal marker: a failure only if nothing progresses after them
     last_progress = -1
 
-    def add(kind, index, line):
-        evidence.append((_PRECEDENCE[kind], index, kind, _proof(line)))
+    def add(kind, index, line, proven=True):
+        evidence.append((_PRECEDENCE[kind], 0 if proven else 1, index, kind, _proof(line)))
 
     for index, raw in enumerate(lines):
         tag, message = _split_record(raw)
@@ -414,20 +445,26 @@ def classify_failure(lines):
             capturing.discard(rank)
         elif _READY.search(message):
             ready_at = index
-        elif not (_LW_BEGIN.search(message) or _LW_END.search(message) or _MAX_TOTAL.search(message)):
+        elif _LW_BEGIN.search(message):
+            loading.add(rank)
+        elif _LW_END.search(message):
+            loading.discard(rank)
+        elif not _MAX_TOTAL.search(message):
             progress = False
         if progress:
             last_progress = index
-        # --- tracebacks: skip the frames and their source lines ------------------------------------------------
+        # --- tracebacks: read the frames, skip their source lines ----------------------------------------------
         if _TRACEBACK.search(message):
-            frame_hint, after_frame = None, False
+            frames, after_frame = None, False
             if not _FATAL.search(message):
                 weak_tracebacks.append(index)
         elif _FRAME_LINE.match(message):
             if _CAPTURE_FRAME.search(message):
-                frame_hint = "capture"
-            elif frame_hint is None and _WEIGHTS_FRAME.search(message):
-                frame_hint = "weights"
+                frames = "capture"
+            elif frames != "capture" and _SERVING_FRAME.search(message):
+                frames = "serving"
+            elif frames is None and _WEIGHTS_FRAME.search(message):
+                frames = "weights"
             after_frame = True
             continue
         elif after_frame:
@@ -444,15 +481,8 @@ def classify_failure(lines):
             add("capture_oom" if _DEVICE_OOM.search(message) else "crash", index, raw)
             terminal = True
         elif _DEVICE_OOM.search(message):
-            if ready_at is not None:
-                kind = "runtime_oom"
-            elif capturing or frame_hint == "capture":
-                kind = "capture_oom"
-            elif not kv_allocated:
-                kind = "weights_oom"
-            else:
-                kind = "runtime_oom"
-            add(kind, index, raw)
+            kind, proven = _oom_kind(ready_at is not None, capturing, frames, loading, kv_allocated)
+            add(kind, index, raw, proven)
             terminal = True
         elif _UNBALANCED.search(message):
             add("unbalanced_memory", index, raw)
@@ -470,19 +500,19 @@ def classify_failure(lines):
         for index in weak_tracebacks:
             if last_progress < index:
                 exception = _first_exception_after(lines, index + 1)
-                evidence.append((_PRECEDENCE["crash"], index, "crash", exception or _proof(lines[index])))
+                add("crash", index, exception or lines[index])
                 terminal = True
         if last_exception > last_progress:
-            evidence.append((_PRECEDENCE["crash"], last_exception, "crash", _proof(lines[last_exception])))
+            add("crash", last_exception, lines[last_exception])
             terminal = True
     else:
-        evidence = [e for e in evidence if e[1] > ready_at]
+        evidence = [e for e in evidence if e[2] > ready_at]
     if not terminal:
         # Unbalanced memory is only a warning in current SGLang, and NCCL warnings are noise, unless the boot died.
-        evidence = [e for e in evidence if e[2] not in ("unbalanced_memory", "nccl_error")]
+        evidence = [e for e in evidence if e[3] not in ("unbalanced_memory", "nccl_error")]
     if not evidence:
         return None
-    _precedence, index, kind, line = min(evidence)
+    _precedence, _position_only, index, kind, line = min(evidence)
     failure = {"kind": kind, "line": line, "advice": FAILURE_KINDS[kind]}
     oom = _oom_numbers(line)
     if oom is None and kind in ("capture_oom", "runtime_oom"):

@@ -359,6 +359,58 @@ def test_oom_after_kv_outside_capture_is_runtime_oom():
     assert sl.classify_failure(lines)["kind"] == "runtime_oom"
 
 
+def test_explicit_capture_failed_line_beats_an_earlier_bare_oom():
+    # DeepSeek-V3.2: the indexer's OOM traceback (no capture frame in the excerpt, no KV line), then SGLang's own
+    # "Capture cuda graph failed": the explicit phase line wins over the position of the first OOM.
+    lines = _boot_until("classic_tp1_qwen25_7b_h100.log", "Load weight end")
+    lines += ["Traceback (most recent call last):",
+              '  File "/sgl/python/sglang/srt/layers/attention/nsa/nsa_indexer.py", line 1, in forward_cuda',
+              "    q_fp8 = q.new_empty(shape)", OOM_LINE,
+              "[2025-08-11 21:33:49] Scheduler hit an exception: Traceback (most recent call last):",
+              "Exception: Capture cuda graph failed: " + OOM_LINE.split(": ", 1)[1]]
+    failure = sl.classify_failure(lines)
+    assert failure["kind"] == "capture_oom" and failure["line"].startswith("Exception: Capture cuda graph failed")
+    assert failure["oom"] == {"tried_gib": 4.93, "free_gib": 3.79, "gpu": 0}
+
+
+SERVING_LOOP = ['  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1, in event_loop_overlap',
+                "    batch_result = self.run_batch(batch)",
+                '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2, in run_batch',
+                "    ) = self.tp_worker.forward_batch_generation(model_worker_batch)",
+                '  File "/sgl/python/sglang/srt/managers/tp_worker_overlap_thread.py", line 3, in forward_thread_func_',
+                "    self.forward_thread_func_()"]
+
+
+def test_oom_in_the_serving_loop_without_a_kv_line_is_runtime_oom():
+    # an excerpt: only the scheduler's traceback, whose frames are the serving loop's
+    lines = ["[2025-08-11 21:40:00] Scheduler hit an exception: Traceback (most recent call last):"] + SERVING_LOOP
+    lines += [OOM_LINE, "[2025-08-11 21:40:00] Received sigquit from a child process. It usually means the child failed."]
+    failure = sl.classify_failure(lines)
+    assert failure["kind"] == "runtime_oom" and failure["line"] == OOM_LINE
+    # the same frames after the weights loaded, before any KV line: still the serving loop
+    loaded = _boot_until("classic_tp1_qwen25_7b_h100.log", "Load weight end")
+    assert sl.classify_failure(loaded + lines)["kind"] == "runtime_oom"
+
+
+def test_weights_oom_needs_the_load_phase_or_loader_frames():
+    loaded = _boot_until("classic_tp1_qwen25_7b_h100.log", "Load weight end")
+    bare = ["[2025-08-11 21:33:47] Scheduler hit an exception: Traceback (most recent call last):", OOM_LINE]
+    # after the load ended, with no frame: not the weights
+    assert sl.classify_failure(loaded + bare)["kind"] == "runtime_oom"
+    # the loader's frames prove it, even without any load line
+    loader = ['  File "/sgl/python/sglang/srt/model_executor/model_runner.py", line 1, in load_model',
+              "    self.model = get_model(...)"]
+    assert sl.classify_failure(bare[:1] + loader + bare[1:])["kind"] == "weights_oom"
+
+
+def test_a_graph_replay_frame_is_not_capture():
+    replay = ['  File "/sgl/python/sglang/srt/model_executor/cuda_graph_runner.py", line 9, in replay',
+              "    self.graphs[bs].replay()"]
+    lines = ["[2025-08-11 21:40:00] Scheduler hit an exception: Traceback (most recent call last):"]
+    lines += SERVING_LOOP + replay + [OOM_LINE]
+    assert sl.classify_failure(lines)["kind"] == "runtime_oom"
+
+
 def test_pool_too_small_and_classic_message():
     assert sl.classify_failure(["AssertionError: Memory pool size is too small"])["kind"] == "init_oom"
     line = ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
@@ -550,7 +602,8 @@ TORCH1_OOM = ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GP
 
 def test_oom_numbers_torch2_wording():
     failure = sl.classify_failure([TORCH2_OOM])
-    assert failure["kind"] == "weights_oom" and failure["line"] == TORCH2_OOM
+    # nothing proves the weight load: the safe kind (lower f)
+    assert failure["kind"] == "runtime_oom" and failure["line"] == TORCH2_OOM
     assert failure["oom"] == {"tried_gib": 2.0, "free_gib": 1.23, "gpu": 0}
 
 
