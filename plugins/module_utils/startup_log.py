@@ -23,7 +23,8 @@ Line grammar (checked against SGLang's own format strings, both eras)
 Every SGLang record is ``[<asctime>{ rank tags}] <message>``: asctime ``%Y-%m-%d %H:%M:%S``, optionally with
 ``.mmm`` (``SGLANG_LOG_MS=1``); rank tags are ``DPn``/``PPn``/``TPn``/``EPn`` in that order, plus newer ones
 such as ``ATTN_CP0``/``MOE_DP0``; a TP1 scheduler has no tag at all. The record may sit anywhere on the line
-(journald ``Nov 30 00:01:02 host python3[1234]: `` prefixes, tqdm bars without a newline). Lines without the
+(journald ``Nov 30 00:01:02 host python3[1234]: `` and ``docker compose logs`` ``worker-1  | `` prefixes, tqdm
+bars without a newline). Lines without the
 prefix (tracebacks, copied excerpts) are still read; their rank is the untagged one (``""``).
 
 The lines below are read through the table ``_LINE_HANDLERS`` of (pattern, handler) rows: each line goes to
@@ -42,6 +43,10 @@ the first row whose pattern it matches; a new kind of line is one more row and o
 - ``max_total_num_tokens=N, chunked_prefill_size=C, max_prefill_tokens=P, max_running_requests=R,
   context_len=L, available_gpu_mem=X GB`` (older versions print fewer keys; every key present is read)
 - ``Use sliding window memory pool. full_layer_tokens=F, swa_layer_tokens=S`` (case-insensitive)
+- ``Mamba Cache is allocated. [max_mamba_cache_size: K, ]conv_state size: x GB, ssm_state size: y GB`` (the state
+  pool of a hybrid linear-attention model)
+- ``Automatically reduce --mem-fraction-static to X because this is a multimodal model`` (older SGLang: the pool is
+  sized with X, not with the server_args value)
 - ``The server is fired up and ready to roll!``
 
 Aggregation (one boot)
@@ -161,6 +166,9 @@ _SWA = re.compile(r"use sliding window memory pool\. full_layer_tokens=(\d+), sw
 _SWA_POOL = re.compile(r"SWAKVPool mem usage: ([\d.]+) GB, swa size: (\d+), full size: (\d+)")
 _AVAILABLE_MEM = re.compile(r"available_(?:gpu|cpu)_mem=" + _NUM + r" GB")
 _READY = re.compile(r"The server is fired up and ready to roll!")
+_MM_REDUCE = re.compile(r"Automatically reduce --mem-fraction-static to ([\d.]+) because this is a multimodal model")
+_MAMBA = re.compile(r"Mamba Cache is allocated\.\s*(?:max_mamba_cache_size: (\d+),\s*)?conv_state size: ([\d.]+) ?GB,"
+                    r"\s*ssm_state size: ([\d.]+) ?GB")
 _FIELD = {
     "elapsed": re.compile(r"elapsed=" + _NUM + r" ?s\b"),
     "type": re.compile(r"type=([\w.]+)"),
@@ -170,10 +178,12 @@ _FIELD = {
 }
 _DRAFT_CLASS = re.compile(r"eagle|draft|mtp|nextn", re.IGNORECASE)
 
-# journalctl -o short / short-iso / short-precise prefixes: "Nov 30 00:01:02 host ident[pid]: ".
+# journalctl -o short / short-iso / short-precise prefixes: "Nov 30 00:01:02 host ident[pid]: ", and the service
+# prefix of `docker compose logs`.
 _JOURNAL_PREFIX = re.compile(
     r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d|Z)?)"
     r" \S+ [^\s:\[]+(?:\[\d+\])?: "
+    r"|^[A-Za-z0-9][\w.-]*[-_]\d+ +\| "  # docker compose logs: "worker-1  | "
 )
 # systemd, as journalctl prints it with or without its prefix ("-o cat" drops it).
 _SYSTEMD_START = re.compile(r"(?:^|systemd\[\d+\]: )(?:Starting|Started) \S+\.service\b")
@@ -531,7 +541,7 @@ _RANK_KEYS = (
     "pre_load_free_gib", "post_load_free_gib", "weights_gib", "weights_type", "load_elapsed_s",
     "kv_tokens", "kv_size_gib", "kv_dtype", "memory_pool_end_free_gib", "cuda_graph_gib", "cuda_graphs",
     "post_capture_free_gib", "draft_pre_load_free_gib", "draft_weights_gib", "draft_weights_type",
-    "draft_kv_tokens", "draft_kv_size_gib", "full_tokens", "swa_tokens",
+    "draft_kv_tokens", "draft_kv_size_gib", "full_tokens", "swa_tokens", "mamba_cache_size", "mamba_size_gib",
 )
 
 
@@ -573,7 +583,7 @@ def _rank_sort_key(tag):
 class _Boot:
     """What the lines of one boot said so far: per-rank records, DP replicas and boot-level values."""
 
-    __slots__ = ("ranks", "replicas", "server_args", "kv_dtype_line", "ready", "fmt_current")
+    __slots__ = ("ranks", "replicas", "server_args", "kv_dtype_line", "ready", "fmt_current", "mm_reduced")
 
     def __init__(self):
         self.ranks = {}  # rank tag ("" untagged) -> _new_rank() dict
@@ -582,6 +592,7 @@ class _Boot:
         self.kv_dtype_line = None  # "Using KV cache dtype: ..." (the first one)
         self.ready = False
         self.fmt_current = False  # a line only the current wording prints was seen
+        self.mm_reduced = None  # "Automatically reduce --mem-fraction-static to X ... multimodal model" (older SGLang)
 
     def rank(self, tag):
         """The record of rank ``tag`` (``None`` and ``""`` are the untagged rank), created on first use."""
@@ -684,6 +695,17 @@ def _on_swa_pool(boot, tag, _message, match):
     rank["full_tokens"], rank["swa_tokens"] = int(match.group(3)), int(match.group(2))
 
 
+def _on_mm_reduce(boot, _tag, _message, match):
+    boot.mm_reduced = float(match.group(1))
+
+
+def _on_mamba(boot, tag, _message, match):
+    rank = boot.rank(tag)
+    if rank["mamba_size_gib"] is None:  # a draft's own state pool (MTP) comes second
+        rank["mamba_cache_size"] = int(match.group(1)) if match.group(1) else None
+        rank["mamba_size_gib"] = round(float(match.group(2)) + float(match.group(3)), 2)
+
+
 def _on_max_total(boot, tag, message, _match):
     values = {}
     for key, value in _KEY_VALUE.findall(message):
@@ -715,6 +737,8 @@ _LINE_HANDLERS = (
     (_SWA, _on_swa),  # Use sliding window memory pool. full_layer_tokens=F, swa_layer_tokens=S
     (_SWA_POOL, _on_swa_pool),  # SWAKVPool mem usage: x GB, swa size: S, full size: F
     (_MAX_TOTAL, _on_max_total),  # max_total_num_tokens=N, chunked_prefill_size=C, ..., available_gpu_mem=X GB
+    (_MM_REDUCE, _on_mm_reduce),  # Automatically reduce --mem-fraction-static to X because this is a multimodal model
+    (_MAMBA, _on_mamba),  # Mamba Cache is allocated. [max_mamba_cache_size: K, ]conv_state size: x GB, ssm_state ..
 )
 
 
@@ -766,6 +790,8 @@ def _aggregate(boot):
         "draft_kv_tokens": _min(r["draft_kv_tokens"] for r in rank_list),
         "draft_kv_size_gib": _max(r["draft_kv_size_gib"] for r in rank_list),
         "swa_tokens": _min(r["swa_tokens"] for r in rank_list),
+        "mamba_cache_size": _min(r["mamba_cache_size"] for r in rank_list),
+        "mamba_size_gib": _max(r["mamba_size_gib"] for r in rank_list),
         "full_tokens": _min(r["full_tokens"] for r in rank_list),
         "max_total_num_tokens": best.get("max_total_num_tokens"),
         "max_running_requests": best.get("max_running_requests"),
@@ -779,7 +805,20 @@ def _aggregate(boot):
         "ranks": rank_list,
         "tp_size": len(rank_list),
     }
+    facts.update(_fraction(boot))
     return facts
+
+
+def _fraction(boot):
+    """The --mem-fraction-static the pool was sized with, the one server_args printed, and where the first came from:
+    older SGLang printed server_args, then multiplied f by 0.9 for a multimodal model and said so in a line of its own."""
+    logged = boot.server_args.get("mem_fraction_static") if boot.server_args else None
+    logged = logged if isinstance(logged, (int, float)) and not isinstance(logged, bool) else None
+    if boot.mm_reduced is not None:
+        return {"mem_fraction_static": boot.mm_reduced, "mem_fraction_static_logged": logged,
+                "mem_fraction_static_source": "multimodal_reduction"}
+    return {"mem_fraction_static": logged, "mem_fraction_static_logged": logged,
+            "mem_fraction_static_source": "server_args" if logged is not None else None}
 
 
 def parse_startup_log(text):
