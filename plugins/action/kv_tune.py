@@ -116,6 +116,7 @@ class ActionModule(ActionBase):
         self.host = label
         self.url = args["url"]
         self.gpus = None       # the unit's GPUs, where its processes run (None: unknown, every GPU counts)
+        self.checkpoint = None  # the model checkpoint's bytes (kv_fingerprint), None when unknown
         self.run_id = uuid.uuid4().hex[:8]
         self.locked = False    # this run holds the unit's lock on the host
         self.armed = False     # a trial started on the host and neither committed nor reverted
@@ -178,7 +179,10 @@ class ActionModule(ActionBase):
 
     def _boot(self):
         """The startup facts of the unit's last start; {} when its log says nothing (rotated out of the journal)."""
-        boot = self._module("sglang_startup_facts", {"unit": self.args["unit"]}, may_fail=True)
+        args = {"unit": self.args["unit"]}
+        if self.checkpoint:   # the weights the log reports are checked against the checkpoint's share
+            args["checkpoint_bytes"] = self.checkpoint
+        boot = self._module("sglang_startup_facts", args, may_fail=True)
         return {} if boot.get("failed") else boot
 
     def _trial_module(self, state, text=None, fact=None):
@@ -346,6 +350,7 @@ class ActionModule(ActionBase):
         if status == "refuse":
             raise ModuleFailed(plan["msg"])
         self.info, self.invocation_id = info, info["invocation_id"]
+        self.checkpoint = info.get("checkpoint_bytes")
         number = 0
         while True:
             name = "step-%d" % number
@@ -397,6 +402,7 @@ class ActionModule(ActionBase):
         settings = kv_tune.check_settings(self.args)
         unit = settings["unit"]
         info = info or self._fingerprint()
+        self.checkpoint = info.get("checkpoint_bytes")
         # Before anything restarts: several servers on one host answer on their own ports, on their own GPUs.
         self.url = info.get("url") or self.url
         self.gpus = kv_tune.unit_gpus(info.get("gpu_memory"))

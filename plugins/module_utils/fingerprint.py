@@ -23,7 +23,9 @@ What counts, and why (the keys of the dict, in sections):
   list / disable_cuda_graph (graph memory and which decode batches run eagerly), enable_mixed_chunk (prefill and
   decode activations at once), speculative settings (draft weights, KV and graphs; ignored when no speculative
   algorithm is set), the hierarchical cache (its ratio and size only count when it is enabled),
-  max_running_requests and max_total_tokens (caps on the request table and the pool).
+  max_running_requests and max_total_tokens (caps on the request table and the pool); and, only when set, the
+  state-pool args of hybrid linear-attention models (``server_args.STATE_POOL_ARGS``: radix cache off, the state
+  pool's size, ratio and SSM dtype), so that fingerprints of servers that do not set them did not change.
 
 Excluded on purpose: host, port, api_key, served_model_name, log level and every other flag that does not move
 memory; and mem_fraction_static itself, which is the search's OUTPUT (including it would make every pin change

@@ -15,6 +15,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import (
     pool_sizes,
     smallest_fraction,
 )
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_state import state_bytes_per_request, state_slots
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import V_VLM_RESERVATION, kv_era, since
 
 
@@ -93,7 +94,8 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
              target_tokens=None, max_total_tokens=None, speculative_algorithm=None, draft_layers=None,
              speculative_num_steps=None, speculative_eagle_topk=None, speculative_num_draft_tokens=None,
              max_running_requests=None, swa_full_tokens_ratio=0.8, dsa_kv_layout="auto", mm_feature_transport=None,
-             observed=None, free_after_start_gib=None, safety_margin_gib=2.0, hicache_ratio=None, hicache_size_gb=None):
+             observed=None, free_after_start_gib=None, safety_margin_gib=2.0, hicache_ratio=None, hicache_size_gb=None,
+             mamba_ssm_dtype=None, mamba_full_memory_ratio=None, max_mamba_cache_size=None, disable_radix_cache=False):
     """The KV pool SGLang builds for one model, server arguments, P, A and f; what f a target needs; and, with
     observed startup facts (the sglang_startup_facts module's result), how far the prediction is from the log.
 
@@ -105,6 +107,10 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     mem_fraction_for_target (None without target_tokens or when out of reach), sglang_era, attention,
     kv_cache_dtype, issues (why SGLang would not start, why the target is out of reach); and with observed facts
     observed_tokens, predicted_tokens, prediction_error_pct ((predicted - observed) / observed * 100).
+
+    Hybrid linear-attention models (kv_state): the state pool comes out of the budget first; state_bytes_per_request,
+    mamba_cache_size (its request slots K) and mamba_state_gib (what it takes) are added (None for other models), and
+    the KV pool is sized from what is left, with only the full-attention layers in the cell.
 
     Idle headroom (DESIGN's first prediction step): with m = free_after_start_gib (else the observed facts'
     post_capture_free_gib, else available_gpu_mem_gib), headroom_mem_fraction = f + (m - safety_margin_gib) / P,
@@ -131,8 +137,25 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
                      speculative_num_draft_tokens=speculative_num_draft_tokens, architecture=shape.architecture,
                      swa=swa)
 
+    per_request = None
+    if shape.linear_state is not None:
+        if plan["speculative_algorithm"]:
+            raise KvModelError("speculative decoding with a hybrid linear-attention model is not modelled: SGLang "
+                               "reserves state for every draft token")
+        per_request = state_bytes_per_request(shape.linear_state, plan["attn_tp"], sglang_version, mamba_ssm_dtype)
+    state_args = dict(sglang_version=sglang_version, ratio=mamba_full_memory_ratio,
+                      max_mamba_cache_size=max_mamba_cache_size, disable_radix_cache=disable_radix_cache,
+                      max_running_requests=max_running_requests, dp_size=dp_size if enable_dp_attention else 1,
+                      radix_forced_off=shape.linear_state is not None and shape.linear_state.kind == "mamba2")
+
     def sizes_at(frac):
-        return pool_sizes(a - p * (1 - frac) - mm, cell, **pool_args)
+        rest = a - p * (1 - frac) - mm
+        if per_request is None:
+            return pool_sizes(rest, cell, **pool_args)
+        slots, state_gib = state_slots(rest, per_request, **state_args)
+        sizes = pool_sizes(rest - state_gib if slots > 0 else 0.0, cell, **pool_args)
+        sizes.update(mamba_cache_size=slots, mamba_state_gib=state_gib)
+        return sizes
 
     budget = a - p * (1 - f)
     lowest = lowest_viable_fraction(p, a, mm_reservation_gib=mm)
@@ -182,6 +205,12 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
         "issues": issues,
     }
     result["mem_fraction_static"] = f
+    result["state_bytes_per_request"] = per_request
+    result["mamba_cache_size"] = sizes.get("mamba_cache_size")
+    result["mamba_state_gib"] = round(sizes["mamba_state_gib"], 4) if per_request is not None else None
+    if per_request is not None and sizes["mamba_cache_size"] <= 0:
+        issues.append("the budget at mem_fraction_static=%r leaves no slot for the hybrid model's state pool "
+                      "(%.1f MiB per request): SGLang refuses to start" % (f, per_request / 2 ** 20))
     result.update(_idle_headroom(f, p, a, mm, sizes_at, observed, free_after_start_gib, safety_margin_gib, issues))
     ranks = (tp_size if enable_dp_attention else tp_size * pools)
     result.update(_hicache(tokens, plan["target_cell"], page_size, ranks, hicache_ratio, hicache_size_gb))

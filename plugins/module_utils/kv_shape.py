@@ -4,8 +4,10 @@
 """The model as the KV cache sees it: ``model_shape`` reads a Hugging Face config.json (a dict) into a ModelShape.
 
 It follows the text config of multimodal models, resolves the model dtype as SGLang does, counts full and
-sliding-window layers and the KV heads, and refuses the architectures whose pools the KV model does not size
-(hybrid Mamba/linear attention, DeepSeek-V4 compressed attention). Reading the file is model_config's job.
+sliding-window layers and the KV heads, reads the recurrent state of hybrid linear-attention models (Qwen3-Next and
+Qwen3.5 Gated DeltaNet, Nemotron-H and Falcon-H1 Mamba2: ``LinearState``), and refuses the architectures whose pools
+the KV model does not size (other linear-attention kinds, DeepSeek-V4 compressed attention). Reading the file is
+model_config's job.
 """
 from __future__ import annotations
 
@@ -39,6 +41,18 @@ ModelShape = namedtuple("ModelShape", [
     "kv_cache_quant_algo",      # quantization_config.kv_cache_quant_algo ('FP8' makes kv_cache_dtype auto -> fp8)
     "vision_num_layers",        # vision_config.num_hidden_layers (None when absent)
     "vision_hidden_size",       # vision_config.hidden_size (None when absent)
+    "linear_state",             # LinearState of a hybrid linear-attention model, else None
+])
+
+# The per-request recurrent state of a hybrid linear-attention model, as SGLang's Mamba2StateShape.create takes it
+# (configs/mamba_utils.py): one conv state (conv_dim / tp, conv_kernel - 1) and one SSM state
+# (num_heads / tp, head_dim, state_size) per linear layer. num_layers of the ModelShape counts only the
+# full-attention layers (the ones with a KV cache).
+LinearState = namedtuple("LinearState", [
+    "kind",                     # 'gdn' (Qwen3-Next, Qwen3.5) or 'mamba2' (Nemotron-H, Falcon-H1)
+    "layers",                   # linear (state) layers
+    "intermediate_size", "n_groups", "num_heads", "head_dim", "state_size", "conv_kernel",
+    "ssm_dtype",                # config.json's mamba_ssm_dtype (None: SGLang's default)
 ])
 
 # get_hf_text_config (current): thinker_config > llm_config > language_config > text_config
@@ -126,11 +140,7 @@ def _layer_split(text, architecture, num_layers, where):
     """(full_layers, swa_layers) from layer_types / hybrid_layer_pattern / Llama 4 / Gemma 2-3 conventions."""
     layer_types = text.get("layer_types")
     if isinstance(layer_types, list) and layer_types:
-        types = [str(t) for t in layer_types[:num_layers]]
-        if any("linear" in t or "mamba" in t for t in types):
-            raise KvModelError(
-                "config.json%s layer_types has linear-attention/Mamba layers (%s): hybrid linear-attention models "
-                "keep a state pool that this model does not size; not supported" % (where, sorted(set(types))))
+        types = [str(t) for t in layer_types[:num_layers]]  # linear/Mamba kinds are _linear_state's
         swa = sum(1 for t in types if t == "sliding_attention")
         return num_layers - swa, swa
     pattern = text.get("hybrid_layer_pattern")
@@ -149,6 +159,55 @@ def _layer_split(text, architecture, num_layers, where):
         full = sum(1 for i in range(num_layers) if (i + 1) % swp == 0)
         return full, num_layers - full
     return num_layers, 0
+
+
+_GDN_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe")
+_SSM_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _linear_state(text, where):
+    """(LinearState, full-attention layers) of a hybrid linear-attention text config, None for any other model;
+    KvModelError for a linear-attention kind whose state SGLang sizes in a way this model does not cover."""
+    model_type = str(text.get("model_type") or "")
+    ssm = text.get("mamba_ssm_dtype")
+    if ssm is not None and str(ssm).replace("torch.", "") not in _SSM_DTYPES:
+        raise KvModelError("config.json%s mamba_ssm_dtype %r is not one of %s" % (where, ssm, ", ".join(_SSM_DTYPES)))
+    ssm = str(ssm).replace("torch.", "") if ssm is not None else None
+    if model_type in _GDN_TYPES or (text.get("full_attention_interval") and text.get("linear_num_value_heads")):
+        layers = _int_field(text, "num_hidden_layers", where)
+        interval = _int_field(text, "full_attention_interval", where)
+        full = sum(1 for i in range(layers) if (i + 1) % interval == 0)  # Qwen3NextConfig.layers_block_type
+        value_heads = _int_field(text, "linear_num_value_heads", where)
+        value_dim = _int_field(text, "linear_value_head_dim", where)
+        state = LinearState("gdn", layers - full, value_dim * value_heads, _int_field(text, "linear_num_key_heads", where),
+                            value_heads, value_dim, _int_field(text, "linear_key_head_dim", where),
+                            _int_field(text, "linear_conv_kernel_dim", where), ssm)
+        return state, full
+    if model_type.startswith("nemotron_h") or text.get("hybrid_override_pattern"):
+        pattern = text.get("hybrid_override_pattern")
+        if not isinstance(pattern, str) or not pattern:
+            raise KvModelError("config.json%s has no hybrid_override_pattern (Nemotron-H's M/*/-/E layer string)" % where)
+        heads, head_dim = _int_field(text, "mamba_num_heads", where), _int_field(text, "mamba_head_dim", where)
+        state = LinearState("mamba2", pattern.count("M"), heads * head_dim, _int_field(text, "n_groups", where), heads,
+                            head_dim, _int_field(text, "ssm_state_size", where), _int_field(text, "conv_kernel", where),
+                            ssm)
+        return state, pattern.count("*")
+    if model_type.startswith("falcon_h1"):
+        layers = _int_field(text, "num_hidden_layers", where)
+        intermediate = text.get("mamba_d_ssm") or _int_field(text, "mamba_expand", where) * _int_field(
+            text, "hidden_size", where)
+        state = LinearState("mamba2", layers, intermediate, _int_field(text, "mamba_n_groups", where),
+                            _int_field(text, "mamba_n_heads", where), _int_field(text, "mamba_d_head", where),
+                            _int_field(text, "mamba_d_state", where), _int_field(text, "mamba_d_conv", where), ssm)
+        return state, layers  # every Falcon-H1 layer has both attention and a Mamba mixer
+    layer_types = text.get("layer_types")
+    kinds = sorted(set(str(t) for t in layer_types)) if isinstance(layer_types, list) else []
+    if model_type.startswith(("mamba", "jamba", "lfm2", "granitemoehybrid", "kimi_linear", "minimax")) \
+            or text.get("mamba_d_ssm") or any("linear" in k or "mamba" in k or "conv" in k for k in kinds):
+        raise KvModelError("config.json%s describes a hybrid linear-attention/Mamba model (model_type %r%s) whose "
+                           "state pool is not modelled here (Qwen3-Next, Qwen3.5, Nemotron-H and Falcon-H1 are)"
+                           % (where, model_type, ", layer_types %s" % kinds if kinds else ""))
+    return None
 
 
 def _kv_heads(text, config, where):
@@ -182,14 +241,13 @@ def model_shape(config, dtype="auto"):
     if config.get("compress_ratios") or text.get("compress_ratios"):
         raise KvModelError("config.json%s has compress_ratios (DeepSeek-V4 compressed attention): its KV pools are "
                            "sized by SGLang's DSV4PoolConfigurator, which this model does not cover" % where)
-    if text.get("hybrid_override_pattern") or text.get("full_attention_interval") or text.get("mamba_d_ssm") \
-            or str(text.get("model_type") or "").startswith(("mamba", "nemotron_h", "qwen3_next", "falcon_h1")):
-        raise KvModelError("config.json%s describes a hybrid Mamba/linear-attention model (model_type %r): its state "
-                           "pool is carved out of the KV budget first; not supported"
-                           % (where, text.get("model_type")))
-
-    num_layers = _int_field(text, "num_hidden_layers", where)
-    full_layers, swa_layers = _layer_split(text, architecture, num_layers, where)
+    linear = _linear_state(text, where)
+    if linear is None:
+        num_layers = _int_field(text, "num_hidden_layers", where)
+        full_layers, swa_layers = _layer_split(text, architecture, num_layers, where)
+    else:
+        linear, num_layers = linear
+        full_layers, swa_layers = num_layers, 0
     kv_lora_rank = text.get("kv_lora_rank")
     attention = "mha"
     if kv_lora_rank is not None and text.get("use_mla", True) is not False:
@@ -255,4 +313,5 @@ def model_shape(config, dtype="auto"):
         kv_cache_quant_algo=str(kv_quant) if kv_quant else None,
         vision_num_layers=vision.get("num_hidden_layers") if vision else None,
         vision_hidden_size=vision.get("hidden_size") if vision else None,
+        linear_state=linear,
     )

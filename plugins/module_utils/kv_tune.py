@@ -456,16 +456,37 @@ def model_inputs(config, memory_args, sglang_version):
         mm_gib = kv_capacity_report.mm_reservation_gib(shape, sglang_version)
     except kv_base.KvModelError as exc:
         raise TuneError("the model cannot be tuned: %s. Nothing was restarted." % exc) from None
-    return {"cell_size_bytes": cell, "page_size": args.get("page_size") or 1, "mm_reservation_gib": mm_gib}
+    return {"cell_size_bytes": cell, "page_size": args.get("page_size") or 1, "mm_reservation_gib": mm_gib,
+            "hybrid_state": shape.linear_state is not None}
+
+
+def effective_memory(boot):
+    """(P, A) of a boot in terms of the command line's --mem-fraction-static. SGLang 0.4.x sized a multimodal model's
+    pool with s * f (it said so: mem_fraction_static_source 'multimodal_reduction'); A - P * (1 - s * f) is
+    A' - P' * (1 - f) with P' = s * P and A' = A - P * (1 - s), so the formula, the floor and the slope keep working
+    on the values the tuner writes. (None, None) when the log does not give them or cannot be trusted (another process
+    allocated while SGLang loaded: the search re-measures instead of predicting from it)."""
+    boot = boot or {}
+    p, a = boot.get("pre_load_free_gib"), boot.get("post_load_free_gib")
+    if not p or not a or boot.get("untrusted"):
+        return None, None
+    used, logged = boot.get("mem_fraction_static"), boot.get("mem_fraction_static_logged")
+    if boot.get("mem_fraction_static_source") == "multimodal_reduction" and used and logged:
+        scale = used / logged
+        return p * scale, a - p * (1 - scale)
+    return p, a
 
 
 def lower_bound(boot, model, min_tokens=None):
     """The formula's lowest viable value from the running server's P and A (and, with the model known, the pool that
-    holds ``min_tokens``); None when its startup log does not give P and A."""
-    p, a = (boot or {}).get("pre_load_free_gib"), (boot or {}).get("post_load_free_gib")
+    holds ``min_tokens``); None when its startup log does not give P and A, or they cannot be trusted."""
+    p, a = effective_memory(boot)
     if not p or not a:
         return None
     model = model or {}
+    if min_tokens is not None and model.get("hybrid_state"):
+        raise TuneError("kv_tune_min_tokens is not supported for hybrid linear-attention models yet: their state pool "
+                        "shares the budget with the KV pool. Unset it; nothing was restarted.")
     return kv_search.lower_bound(p, a, target_tokens=min_tokens if model else None,
                                  cell_size_bytes=model.get("cell_size_bytes"), page_size=model.get("page_size", 1),
                                  mm_reservation_gib=model.get("mm_reservation_gib", 0.0))
@@ -604,8 +625,7 @@ class Tuner(object):
 
     def first_step(self):
         in_place = (kv_search.same_value(self.start, self.before["mem_fraction_static"] or 0)
-                    and self.invocation_id is not None
-                    and self.boot.get("pre_load_free_gib") and self.boot.get("post_load_free_gib"))
+                    and self.invocation_id is not None and all(effective_memory(self.boot)))
         return self._go({"do": "trial", "n": 1, "value": self.start, "text": self.text(self.start),
                          "restart": not in_place})
 
@@ -659,10 +679,11 @@ class Tuner(object):
             return self._end()
         if self.state is None:
             self._start_search(boot)
+        p, a = effective_memory(boot)
         kv_search.record(self.state, {
             "f": step["value"], "outcome": outcome, "min_free_gib": record["min_free_gib"], "tokens": record["tokens"],
-            "growth": growth(boot), "oom_deficit_gib": oom_deficit_gib(boot),
-            "pre_load_free_gib": boot.get("pre_load_free_gib"), "post_load_free_gib": boot.get("post_load_free_gib")})
+            "growth": growth(boot), "oom_deficit_gib": oom_deficit_gib(boot), "pre_load_free_gib": p,
+            "post_load_free_gib": a})
         record["next"] = kv_search.next_trial(self.state)
         if self.verified is None and self.verify is not None:
             # The class's value held (or not) on this host: done, or a search of its own from here.
@@ -688,7 +709,8 @@ class Tuner(object):
                 "are not this value's" % (wanted, " and ".join(wrong)))
 
     def _start_search(self, boot):
-        p = boot.get("pre_load_free_gib") or self.boot.get("pre_load_free_gib")
+        p = effective_memory(boot)[0] or effective_memory(self.boot)[0] or boot.get("pre_load_free_gib") \
+            or self.boot.get("pre_load_free_gib")
         if not p:
             raise TuneError("%s: neither the trial's startup log nor the running server's gives the free GPU memory "
                             "before the weights load (P): the search cannot predict" % self.host)

@@ -13,6 +13,7 @@ import copy
 import json
 import os
 
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import checkpoint_bytes
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 
 MAX_CONFIG_BYTES = 16 * 2 ** 20   # a config.json is a few KiB; anything this large is not one
@@ -80,3 +81,18 @@ def load_model_config(source):
     if isinstance(source, dict):
         return copy.deepcopy(source)
     return read_config_file(resolve_config_path(source))
+
+
+def load_checkpoint_size(source):
+    """The checkpoint's bytes for a config.json path or a model directory: ``metadata.total_size`` of the
+    ``model.safetensors.index.json`` beside config.json, else the size of a single ``model.safetensors``; None when
+    neither is there (a Hub id, a config.json copied on its own)."""
+    directory = os.path.dirname(resolve_config_path(source))
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.exists(index):
+        try:
+            return checkpoint_bytes(read_config_file(index))
+        except ModelConfigError:
+            return None
+    single = os.path.join(directory, "model.safetensors")
+    return os.path.getsize(single) if os.path.isfile(single) else None

@@ -41,12 +41,19 @@ MEMORY_ARGS = {
     "enable_hierarchical_cache": False, "hicache_ratio": None, "hicache_size": None,
     "max_running_requests": None, "max_total_tokens": None,
 }
-_BOOL_ARGS = ("enable_dp_attention", "enable_mixed_chunk", "disable_cuda_graph", "enable_hierarchical_cache")
+# The state pool of hybrid linear-attention models (module_utils/kv_state.py). They count only when set, so a
+# fingerprint taken before they were read stays the same for every server that does not set them.
+STATE_POOL_ARGS = {
+    "disable_radix_cache": False, "max_mamba_cache_size": None, "mamba_full_memory_ratio": None,
+    "mamba_ssm_dtype": None,
+}
+_BOOL_ARGS = ("enable_dp_attention", "enable_mixed_chunk", "disable_cuda_graph", "enable_hierarchical_cache",
+              "disable_radix_cache")
 _INT_ARGS = ("tp_size", "pp_size", "dp_size", "page_size", "context_length", "chunked_prefill_size",
              "max_prefill_tokens", "cuda_graph_max_bs", "speculative_num_steps", "speculative_eagle_topk",
-             "speculative_num_draft_tokens", "max_running_requests", "max_total_tokens")
-_FLOAT_ARGS = ("hicache_ratio", "hicache_size")
-_LOWER_ARGS = ("dtype", "quantization", "kv_cache_dtype")
+             "speculative_num_draft_tokens", "max_running_requests", "max_total_tokens", "max_mamba_cache_size")
+_FLOAT_ARGS = ("hicache_ratio", "hicache_size", "mamba_full_memory_ratio")
+_LOWER_ARGS = ("dtype", "quantization", "kv_cache_dtype", "mamba_ssm_dtype")
 _SPEC_ARGS = ("speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
               "speculative_num_draft_tokens")
 _HICACHE_ARGS = ("hicache_ratio", "hicache_size")
@@ -169,7 +176,7 @@ def normalise(name, value, error=ServerArgsError):
 
 def memory_args(args, error=ServerArgsError):
     """The memory-relevant args of ``args`` (keys in any spelling :func:`canonical` reads), every one present, an
-    absent or None one replaced by SGLang's default, the rest dropped. Speculative settings count only with an
+    absent or None one replaced by SGLang's default, the rest dropped; the state-pool args only when set. Speculative settings count only with an
     algorithm, the hierarchical cache's ratio and size only when it is enabled."""
     if args is None:
         args = {}
@@ -178,9 +185,11 @@ def memory_args(args, error=ServerArgsError):
     out = dict(MEMORY_ARGS)
     for raw_key, value in args.items():
         name = canonical(raw_key)
-        if name not in MEMORY_ARGS or value is None:
+        if value is None or (name not in MEMORY_ARGS and name not in STATE_POOL_ARGS):
             continue
-        out[name] = normalise(name, value, error)
+        value = normalise(name, value, error)
+        if name in MEMORY_ARGS or value != STATE_POOL_ARGS[name]:
+            out[name] = value
     if out["speculative_algorithm"] is None:
         out.update({name: None for name in _SPEC_ARGS})
     if not out["enable_hierarchical_cache"]:

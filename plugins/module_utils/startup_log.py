@@ -45,7 +45,7 @@ the first row whose pattern it matches; a new kind of line is one more row and o
 - ``Use sliding window memory pool. full_layer_tokens=F, swa_layer_tokens=S`` (case-insensitive)
 - ``Mamba Cache is allocated. [max_mamba_cache_size: K, ]conv_state size: x GB, ssm_state size: y GB`` (the state
   pool of a hybrid linear-attention model)
-- ``Automatically reduce --mem-fraction-static to X because this is a multimodal model`` (older SGLang: the pool is
+- ``Automatically reduce --mem-fraction-static to X because this is a multimodal model`` (SGLang 0.4.x: the pool is
   sized with X, not with the server_args value)
 - ``The server is fired up and ready to roll!``
 
@@ -119,6 +119,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings as untrusted_findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import from_log_line as server_args_from_log_line
 
 __all__ = [
@@ -592,7 +593,7 @@ class _Boot:
         self.kv_dtype_line = None  # "Using KV cache dtype: ..." (the first one)
         self.ready = False
         self.fmt_current = False  # a line only the current wording prints was seen
-        self.mm_reduced = None  # "Automatically reduce --mem-fraction-static to X ... multimodal model" (older SGLang)
+        self.mm_reduced = None  # "Automatically reduce --mem-fraction-static to X ... multimodal model" (SGLang 0.4.x)
 
     def rank(self, tag):
         """The record of rank ``tag`` (``None`` and ``""`` are the untagged rank), created on first use."""
@@ -811,7 +812,7 @@ def _aggregate(boot):
 
 def _fraction(boot):
     """The --mem-fraction-static the pool was sized with, the one server_args printed, and where the first came from:
-    older SGLang printed server_args, then multiplied f by 0.9 for a multimodal model and said so in a line of its own."""
+    SGLang 0.4.x printed server_args, then multiplied f by 0.9 for a multimodal model and said so in a line of its own."""
     logged = boot.server_args.get("mem_fraction_static") if boot.server_args else None
     logged = logged if isinstance(logged, (int, float)) and not isinstance(logged, bool) else None
     if boot.mm_reduced is not None:
@@ -829,7 +830,10 @@ def parse_startup_log(text):
     ``cuda_graph_gib``, ``post_capture_free_gib``, ``draft_weights_gib``, ``draft_kv_tokens``,
     ``draft_kv_size_gib``, ``swa_tokens``, ``full_tokens``, ``max_total_num_tokens``, ``max_running_requests``,
     ``context_len``, ``chunked_prefill_size``, ``max_prefill_tokens``, ``available_gpu_mem_gib``, ``replicas``,
-    ``ready``, ``failure``, ``server_args``, ``ranks``, ``tp_size``. Values the log does not hold are ``None``.
+    ``ready``, ``failure``, ``server_args``, ``ranks``, ``tp_size``, ``mamba_cache_size``, ``mamba_size_gib``,
+    ``mem_fraction_static`` (the value that sized the pool), ``mem_fraction_static_logged`` (server_args'),
+    ``mem_fraction_static_source``, ``untrusted`` (boot_trust.findings of the log alone: ranks of one stage that
+    report different weights). Values the log does not hold are ``None``.
 
     Raises ``StartupLogError`` when ``text`` is empty or holds no SGLang record.
     """
@@ -848,4 +852,5 @@ def parse_startup_log(text):
     facts = _boot_facts(last)
     facts["boots"] = len(boots)
     facts["failure"] = classify_failure(last)
+    facts["untrusted"] = untrusted_findings(facts)  # what the log alone shows; callers add the checkpoint's check
     return facts

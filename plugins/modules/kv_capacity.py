@@ -57,8 +57,38 @@ options:
     type: dict
   mem_fraction_static:
     description:
-      - "SGLang's C(--mem-fraction-static), in (0, 1). Required unless O(startup_facts) has it."
+      - "SGLang's C(--mem-fraction-static), in (0, 1): the value the pool is sized with."
+      - Default from O(startup_facts), its C(mem_fraction_static) (with SGLang 0.4.x and a multimodal model, the
+        value the log's C(Automatically reduce --mem-fraction-static to X) line names, not the server_args one).
+      - When neither gives it, SGLang's own default for these GPUs, arguments and version is inferred (see
+        O(gpu_memory_total_mib)) and RV(mem_fraction_static_source) says V(inferred_default).
     type: float
+  gpu_memory_total_mib:
+    description:
+      - Total memory of one GPU in MiB (M(llmserve.sglang.gpu_info)'s C(memory_total_mib)), to infer SGLang's
+        default O(mem_fraction_static) when it is not known.
+      - Without it the inference takes the free memory before the weights load (P) as the GPU's size, which is
+        a little smaller; the warning says so.
+    type: int
+  checkpoint_bytes:
+    description:
+      - The checkpoint's size in bytes (C(metadata.total_size) of C(model.safetensors.index.json)), to check the
+        weights memory the log reports against it.
+      - Default from the C(model.safetensors.index.json) beside O(model_config) when that is a path.
+    type: int
+  disable_radix_cache:
+    description: C(--disable-radix-cache); changes how a hybrid linear-attention model's state pool is sized.
+    type: bool
+  max_mamba_cache_size:
+    description: C(--max-mamba-cache-size), the request slots of a hybrid linear-attention model's state pool.
+    type: int
+  mamba_full_memory_ratio:
+    description: C(--mamba-full-memory-ratio), state pool to KV pool memory (SGLang's default 0.9).
+    type: float
+  mamba_ssm_dtype:
+    description: C(--mamba-ssm-dtype), the SSM state's dtype (default the config's C(mamba_ssm_dtype) from SGLang 0.5.9, else float32).
+    type: str
+    choices: [float32, bfloat16, float16]
   pre_load_free_gib:
     description:
       - Free GPU memory before the weights load, in GiB, the minimum over the ranks (P).
@@ -154,9 +184,17 @@ options:
 notes:
   - Everything is per GPU (per rank); with O(dp_size) > 1 each replica or attention-DP rank has a pool of
     RV(max_total_num_tokens) tokens (RV(total_kv_tokens) in all).
-  - Not modelled, and failing with a message that says so, are hybrid Mamba/linear-attention models (their state pool), DeepSeek-V4 compressed attention,
-    pipeline parallelism (MIN over stages), DFLASH drafts, SGLANG_ENABLE_POST_CAPTURE_KV_SIZING and environment
-    overrides of the multimodal reservation.
+  - Hybrid linear-attention models (Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1) get their state pool first
+    (RV(mamba_cache_size), RV(mamba_state_gib)); the KV pool gets the rest, with only the full-attention layers in
+    the cell.
+  - When the weights memory the log reports does not fit the checkpoint, or ranks of one stage report different
+    weights, another process allocated on the GPUs while SGLang loaded. The module then warns, lists why in
+    RV(untrusted), and returns V(null) for every figure computed from the log's memory (tokens, budgets, fractions)
+    instead of a confident wrong answer.
+  - Not modelled, and failing with a message that says so, are other linear-attention kinds (Kimi-Linear, LFM2,
+    Granite-4.0-H, Jamba), speculative decoding with a hybrid linear-attention model, DeepSeek-V4 compressed
+    attention, pipeline parallelism (MIN over stages), DFLASH drafts, SGLANG_ENABLE_POST_CAPTURE_KV_SIZING and
+    environment overrides of the multimodal reservation.
 seealso:
   - name: SGLang server arguments
     description: C(--mem-fraction-static), C(--max-total-tokens), C(--kv-cache-dtype) and the others.
@@ -250,10 +288,44 @@ eagle_headroom_tokens:
   type: int
   sample: 0
 mem_fraction_static:
-  description: The O(mem_fraction_static) the computation used (given, or from O(startup_facts)).
+  description: The O(mem_fraction_static) the computation used (given, from O(startup_facts), or inferred).
   returned: success
   type: float
   sample: 0.88
+mem_fraction_static_source:
+  description:
+    - Where RV(mem_fraction_static) came from. V(option), V(startup_log) (the log's server_args),
+      V(multimodal_reduction) (the log's C(Automatically reduce) line), or V(inferred_default) (SGLang's default
+      for these GPUs and this version, inferred).
+  returned: success
+  type: str
+  sample: startup_log
+mem_fraction_static_logged:
+  description: The value the log's server_args printed, when it differs from RV(mem_fraction_static), else V(null).
+  returned: success
+  type: float
+  sample: null
+untrusted:
+  description: Why the startup log's memory numbers cannot be trusted (empty when they can); see the notes.
+  returned: success
+  type: list
+  elements: str
+  sample: []
+state_bytes_per_request:
+  description: Bytes of one request's state per GPU of a hybrid linear-attention model, else V(null).
+  returned: success
+  type: int
+  sample: 25755648
+mamba_cache_size:
+  description: Request slots of a hybrid linear-attention model's state pool (SGLang's max_mamba_cache_size), else V(null).
+  returned: success
+  type: int
+  sample: 186
+mamba_state_gib:
+  description: GiB per GPU the state pool takes out of the budget, else V(null).
+  returned: success
+  type: float
+  sample: 4.4855
 free_after_start_gib:
   description: The free memory after start the idle headroom estimate used, or V(null) when none was known.
   returned: success
@@ -349,23 +421,34 @@ inputs:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import parse_number
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import default_mem_fraction_static
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
-from ansible_collections.llmserve.sglang.plugins.module_utils.model_config import load_model_config
+from ansible_collections.llmserve.sglang.plugins.module_utils.model_config import load_checkpoint_size, load_model_config
 from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import (
-    MEMORY_ARGS, canonical, mem_fraction_static, normalise)
+    MEMORY_ARGS, STATE_POOL_ARGS, canonical, mem_fraction_static, normalise)
 
 # option -> its default when neither the options nor startup_facts give it. A value comes from the explicit option,
 # else startup_facts.server_args, else the top level of startup_facts, typed the way module_utils/server_args.py
-# reads SGLang's arguments.
+# reads SGLang's arguments. mem_fraction_static has its own order (merge_inputs).
 MERGED = {
-    "mem_fraction_static": None, "pre_load_free_gib": None, "post_load_free_gib": None, "tp_size": 1, "dp_size": 1,
+    "pre_load_free_gib": None, "post_load_free_gib": None, "tp_size": 1, "dp_size": 1,
     "enable_dp_attention": False, "kv_cache_dtype": "auto", "page_size": 1, "max_total_tokens": None,
     "sglang_version": None, "speculative_algorithm": None, "speculative_num_steps": None,
     "speculative_eagle_topk": None, "speculative_num_draft_tokens": None, "max_running_requests": None,
+    "disable_radix_cache": False, "max_mamba_cache_size": None, "mamba_full_memory_ratio": None,
+    "mamba_ssm_dtype": None,
 }
+# What the formula computes from P and A: withheld when the log's memory numbers cannot be trusted.
+FROM_THE_LOG = (
+    "kv_budget_gib", "reserved_gib", "max_total_num_tokens", "swa_max_total_num_tokens", "eagle_headroom_tokens",
+    "kv_pool_gib", "total_kv_tokens", "min_mem_fraction_static", "mem_fraction_for_target", "headroom_mem_fraction",
+    "headroom_kv_budget_gib", "headroom_tokens", "hicache_host_tokens", "hicache_host_gib_per_rank",
+    "hicache_host_gib_total", "predicted_tokens", "prediction_error_pct", "mamba_cache_size", "mamba_state_gib",
+)
 
 
 def build_module():
@@ -374,6 +457,12 @@ def build_module():
             model_config=dict(type="raw", required=True),
             startup_facts=dict(type="dict"),
             mem_fraction_static=dict(type="float"),
+            gpu_memory_total_mib=dict(type="int"),
+            checkpoint_bytes=dict(type="int"),
+            disable_radix_cache=dict(type="bool"),
+            max_mamba_cache_size=dict(type="int"),
+            mamba_full_memory_ratio=dict(type="float"),
+            mamba_ssm_dtype=dict(type="str", choices=["float32", "bfloat16", "float16"]),
             pre_load_free_gib=dict(type="float"),
             post_load_free_gib=dict(type="float"),
             tp_size=dict(type="int"),
@@ -405,11 +494,28 @@ def build_module():
 def _typed(name, value):
     if name == "mem_fraction_static":
         return mem_fraction_static({name: value}, KvModelError)
-    if name in MEMORY_ARGS:
+    if name in MEMORY_ARGS or name in STATE_POOL_ARGS:
         return normalise(name, value, KvModelError)
     if name == "sglang_version":
         return str(value)
     return parse_number(name, value, float, KvModelError)
+
+
+def _fraction(params, facts, logged):
+    """(f, source, the server_args value when it differs): the option, else the value that sized the logged pool
+    (the multimodal reduction's, else server_args'), else None (main infers SGLang's default)."""
+    logged_f = _typed("mem_fraction_static", logged["mem_fraction_static"]) \
+        if logged.get("mem_fraction_static") is not None else None
+    if params.get("mem_fraction_static") is not None:
+        return params["mem_fraction_static"], "option", None
+    if facts.get("mem_fraction_static") is not None:
+        f = _typed("mem_fraction_static", facts["mem_fraction_static"])
+        if facts.get("mem_fraction_static_source") == "multimodal_reduction":
+            return f, "multimodal_reduction", logged_f
+        return f, "startup_log", None
+    if logged_f is not None:
+        return logged_f, "startup_log", None
+    return None, None, None
 
 
 def merge_inputs(params):
@@ -429,18 +535,62 @@ def merge_inputs(params):
                     value = _typed(name, raw)
                     break
         merged[name] = default if value is None else value
-    for name in ("mem_fraction_static", "pre_load_free_gib", "post_load_free_gib"):
+    for name in ("pre_load_free_gib", "post_load_free_gib"):
         if merged[name] is None:
             raise KvModelError("%s is required: give it, or startup_facts that have it" % name)
+    f, source, logged_f = _fraction(params, facts, logged)
+    merged.update(mem_fraction_static=f, mem_fraction_static_source=source, mem_fraction_static_logged=logged_f)
+    merged["memory_from_log"] = params.get("pre_load_free_gib") is None and params.get("post_load_free_gib") is None
     return merged
+
+
+def infer_fraction(inputs, shape, facts, gpu_memory_total_mib):
+    """SGLang's default --mem-fraction-static for these GPUs, arguments and version, and the warning that says it was
+    inferred (and from what GPU size)."""
+    args = {canonical(k): v for k, v in ((facts or {}).get("server_args") or {}).items()}
+    gpu = gpu_memory_total_mib
+    basis = "%d MiB GPUs" % gpu if gpu else None
+    if not gpu:
+        gpu = int(inputs["pre_load_free_gib"] * 1024)
+        basis = "the free memory before the weights load (%.2f GiB) taken as the GPU's size" % inputs["pre_load_free_gib"]
+    f = default_mem_fraction_static(
+        gpu, inputs["tp_size"], pp_size=args.get("pp_size") or 1, dp_size=inputs["dp_size"],
+        enable_dp_attention=bool(inputs["enable_dp_attention"]), chunked_prefill_size=args.get("chunked_prefill_size"),
+        max_prefill_tokens=args.get("max_prefill_tokens") or 16384, cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
+        cuda_graph_bs=args.get("cuda_graph_bs"), speculative_algorithm=inputs["speculative_algorithm"],
+        max_running_requests=inputs["max_running_requests"], max_total_tokens=inputs["max_total_tokens"],
+        shape=shape, sglang_version=inputs["sglang_version"])
+    return f, ("mem_fraction_static is neither an option nor in the startup log: inferred SGLang's default %s for SGLang "
+               "%s from %s; give mem_fraction_static if the server was started with another value"
+               % (f, inputs["sglang_version"] or "(newest)", basis))
+
+
+def checkpoint_size(params):
+    """The option, else the index beside a model_config path; None when neither says."""
+    if params.get("checkpoint_bytes"):
+        return params["checkpoint_bytes"]
+    if isinstance(params.get("model_config"), str):
+        return load_checkpoint_size(params["model_config"])
+    return None
 
 
 def main():
     module = build_module()
     params = module.params
+    warnings = []
+    untrusted = []
     try:
         inputs = merge_inputs(params)
         shape = model_shape(load_model_config(params["model_config"]), dtype=params["dtype"])
+        if inputs["mem_fraction_static"] is None:
+            inputs["mem_fraction_static"], why = infer_fraction(inputs, shape, params["startup_facts"],
+                                                                params["gpu_memory_total_mib"])
+            inputs["mem_fraction_static_source"] = "inferred_default"
+            warnings.append(why)
+        if params["startup_facts"] and inputs.pop("memory_from_log"):
+            untrusted = findings(params["startup_facts"], checkpoint_size(params))
+        else:
+            inputs.pop("memory_from_log")
         result = capacity(
             shape, inputs["mem_fraction_static"], inputs["pre_load_free_gib"], inputs["post_load_free_gib"],
             tp_size=inputs["tp_size"], dp_size=inputs["dp_size"], enable_dp_attention=bool(inputs["enable_dp_attention"]),
@@ -453,11 +603,20 @@ def main():
             max_running_requests=inputs["max_running_requests"],
             swa_full_tokens_ratio=params["swa_full_tokens_ratio"], observed=params["startup_facts"] or None,
             free_after_start_gib=params["free_after_start_gib"], safety_margin_gib=params["safety_margin_gib"],
-            hicache_ratio=params["hicache_ratio"], hicache_size_gb=params["hicache_size_gb"])
+            hicache_ratio=params["hicache_ratio"], hicache_size_gb=params["hicache_size_gb"],
+            mamba_ssm_dtype=inputs["mamba_ssm_dtype"], mamba_full_memory_ratio=inputs["mamba_full_memory_ratio"],
+            max_mamba_cache_size=inputs["max_mamba_cache_size"], disable_radix_cache=bool(inputs["disable_radix_cache"]))
     except KvModelError as exc:
         module.fail_json(msg=str(exc))
     inputs["target_tokens"] = params["target_tokens"]
-    for issue in result["issues"]:
+    result["mem_fraction_static_source"] = inputs["mem_fraction_static_source"]
+    result["mem_fraction_static_logged"] = inputs["mem_fraction_static_logged"]
+    result["untrusted"] = untrusted
+    if untrusted:
+        # A confident figure from wrong inputs is worse than none: keep what does not depend on P and A.
+        result.update((key, None) for key in FROM_THE_LOG if key in result)
+        result["issues"] = ["the startup log's memory numbers cannot be trusted: " + why for why in untrusted]
+    for issue in warnings + result["issues"]:
         module.warn(issue)
     module.exit_json(changed=False, inputs=inputs, **result)
 

@@ -201,6 +201,15 @@ model_config:
   returned: success
   type: str
   sample: /models/deepseek-v3/config.json
+checkpoint_bytes:
+  description:
+    - The checkpoint's size, C(metadata.total_size) of the model directory's C(model.safetensors.index.json), read as
+      data the unit's user could read; V(null) without one (a Hugging Face id, a single-file or unreadable index).
+    - The tuner checks the weights memory of each start's log against it (another process allocating while SGLang
+      loads makes that log untrustworthy).
+  returned: success
+  type: int
+  sample: 688586727753
 sglang_metadata:
   description: The metadata file the SGLang version was read from.
   returned: when running
@@ -231,7 +240,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import host_files, kv_pin, server_args as sa
+from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust, host_files, kv_pin, server_args as sa
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import FingerprintError, fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
@@ -341,6 +350,18 @@ class Fingerprint(object):
                       "deleted, a restart would fail (nothing was restarted)" % (what, model_path))
         return None, None
 
+    def checkpoint_bytes(self, model_path, uid, gids):
+        """metadata.total_size of the model's safetensors index, read as data the unit's user could read; None when
+        there is none or it cannot be read (the check it feeds is then skipped, never the tune)."""
+        path = os.path.join(model_path, "model.safetensors.index.json")
+        if not os.path.isdir(model_path) or not os.path.isfile(path):
+            return None
+        try:
+            data, _info = host_files.read_as_user(path, uid, gids)
+            return boot_trust.checkpoint_bytes(json.loads(data))
+        except (OSError, ValueError):
+            return None
+
     def sglang_version(self, exec_start, started):
         """The installed sglang's version, from the metadata of the venv that the unit file names."""
         python = exec_path(exec_start or "")
@@ -430,7 +451,7 @@ def main() -> None:
         if not argv or "--model-path" not in argv:
             module.exit_json(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
                              api_key_set=None, url=None, model_path=None, model_config=None, config=None,
-                             sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, source=None,
+                             checkpoint_bytes=None, sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, source=None,
                              **unit_facts)
     else:
         try:
@@ -445,7 +466,7 @@ def main() -> None:
             module.fail_json(msg=str(exc))
         module.exit_json(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
                          api_key_set=None, url=None, model_path=None, model_config=None, config=None,
-                         sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, source=None,
+                         checkpoint_bytes=None, sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, source=None,
                          fingerprint_error=str(exc), **unit_facts)
     module.exit_json(retune_reason=retune_reason(pin, found["fingerprint"], found["fingerprint_hash"],
                                                  found["mem_fraction_static"]),
@@ -490,6 +511,7 @@ def describe(module, fp_reader, state, argv, started, pid):
     return dict(fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args, mem_fraction_static=mfs,
                 api_key_set=args.get("api_key") is not None, url=sa.probe_url(args), model_path=model_path,
                 model_config=config_path, config=config, sglang_version=version, sglang_metadata=metadata,
+                checkpoint_bytes=fp_reader.checkpoint_bytes(model_path, uid, gids),
                 stale=fp_reader.stale, gpu_memory=gpu_memory(gpus["gpus"], server_pids))
 
 

@@ -27,6 +27,9 @@ description:
   - A start that failed is not a module failure. RV(failure) names the kind, quotes the line that proves it and
     says what to change (for example V(init_oom) means raise C(--mem-fraction-static), V(capture_oom) and
     V(runtime_oom) mean lower it).
+  - When another process allocated on the GPUs while SGLang loaded, the log's numbers are wrong. RV(untrusted) then
+    says why, with the numbers, and the module warns. The checks are ranks of one pipeline stage that report
+    different weights, and, with O(checkpoint_bytes), weights memory far above the checkpoint's share per GPU.
   - Values the log does not hold are V(null). The facts are returned at the top level of the result, not as
     C(ansible_facts); register the result to use them.
   - The module only reads, and always reports RV(ignore:changed=false).
@@ -56,6 +59,11 @@ options:
       - A file that holds the server's log (stdout and stderr of C(sglang.launch_server) or C(sglang serve)).
       - Mutually exclusive with O(unit) and O(text).
     type: path
+  checkpoint_bytes:
+    description:
+      - The model checkpoint's size in bytes (C(metadata.total_size) of its C(model.safetensors.index.json)).
+      - With it, a weights memory far above the checkpoint's share per GPU is reported in RV(untrusted).
+    type: int
   text:
     description:
       - The log itself, for example the output of a command registered earlier.
@@ -187,6 +195,42 @@ full_tokens:
   returned: success
   type: int
   sample: 1710
+mamba_cache_size:
+  description:
+    - Request slots of a hybrid linear-attention model's state pool (C(max_mamba_cache_size) of the
+      C(Mamba Cache is allocated) line), MIN over ranks; V(null) for other models.
+  returned: success
+  type: int
+  sample: 186
+mamba_size_gib:
+  description: The state pool's conv plus SSM state size, MAX over ranks; V(null) for other models.
+  returned: success
+  type: float
+  sample: 4.48
+mem_fraction_static:
+  description:
+    - The C(--mem-fraction-static) the pool was sized with. SGLang 0.4.x printed its server_args and then reduced
+      f for a multimodal model (C(Automatically reduce --mem-fraction-static to X)); this is then X.
+    - V(null) when the log has neither line (SGLang's default applied, or the excerpt starts later).
+  returned: success
+  type: float
+  sample: 0.787
+mem_fraction_static_logged:
+  description: The C(mem_fraction_static) the log's server_args printed, or V(null).
+  returned: success
+  type: float
+  sample: 0.874
+mem_fraction_static_source:
+  description: Where RV(mem_fraction_static) came from, V(server_args) or V(multimodal_reduction); V(null) when unknown.
+  returned: success
+  type: str
+  sample: multimodal_reduction
+untrusted:
+  description: Why the log's memory numbers cannot be trusted (another process allocated during the load); empty when they can.
+  returned: success
+  type: list
+  elements: str
+  sample: []
 max_total_num_tokens:
   description: C(max_total_num_tokens) of the scheduler line; with several DP replicas, the smallest.
   returned: success
@@ -313,6 +357,7 @@ tp_size:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import (
     StartupLogError,
     parse_startup_log,
@@ -325,6 +370,7 @@ def build_module() -> AnsibleModule:
             unit=dict(type="str"),
             path=dict(type="path"),
             text=dict(type="str"),
+            checkpoint_bytes=dict(type="int"),
         ),
         mutually_exclusive=[("unit", "path", "text")],
         required_one_of=[("unit", "path", "text")],
@@ -376,6 +422,10 @@ def main() -> None:
         facts = parse_startup_log(text)
     except StartupLogError as exc:
         module.fail_json(msg="%s: %s" % (source, exc), source=source)
+    if params["checkpoint_bytes"]:
+        facts["untrusted"] = findings(facts, params["checkpoint_bytes"])
+    for why in facts["untrusted"]:
+        module.warn("the startup log's memory numbers cannot be trusted: %s" % why)
     module.exit_json(changed=False, source=source, **facts)
 
 

@@ -49,3 +49,35 @@ def test_missing_log_fails_before_any_report(ansible, tmp_path):
     runner = ansible.playbook(PLAYBOOK, extravars={"capacity_report_log_path": str(tmp_path / "nope.log")})
     assert runner.status == "failed"
     assert "nope.log" in runner.stdout.read()
+
+
+def test_report_of_an_untrusted_boot_warns_and_gives_no_token_figure(ansible, tmp_path):
+    # a real docs-CI boot on a shared GPU: 59.90 GB "used" for a 14.96 GiB checkpoint
+    model_dir = tmp_path / "Meta-Llama-3.1-8B-Instruct"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text((FIXTURES / "configs" / "llama-3.1-8b.json").read_text())
+    (model_dir / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 16060522496}}')
+    out = tmp_path / "reports"
+    runner = ansible.playbook(PLAYBOOK, extravars={
+        "capacity_report_log_path": str(FIXTURES / "logs" / "shared_gpu_llama31_8b_lora_docs_ci.log"),
+        "capacity_report_model_config": str(model_dir), "capacity_report_output_dir": str(out)})
+    assert runner.status == "successful", runner.stdout.read()
+    report = (out / "localhost.md").read_text()
+    assert "**Warning: the memory numbers of this start cannot be trusted**" in report
+    assert "the log says the weights took 59.90 GiB per GPU, but the checkpoint is 14.96 GiB" in report
+    assert "| logged by SGLang | 0.841 | torch.bfloat16 | - | 1.34 | 10,975 |" in report
+    formula = next(line for line in report.splitlines() if line.startswith("| SGLang's formula |"))
+    assert formula.endswith("| - | - |"), formula  # no budget, no token figure
+    assert "| lowest f that starts | - |" in report
+
+
+def test_report_of_a_hybrid_model_shows_its_state_pool(ansible, tmp_path):
+    out = tmp_path / "reports"
+    runner = ansible.playbook(PLAYBOOK, extravars={
+        "capacity_report_log_path": str(FIXTURES / "logs" / "hybrid_gdn_qwen35_9b_tp2_rtx4090.log"),
+        "capacity_report_model_config": str(FIXTURES / "configs" / "qwen3.5-9b.json"),
+        "capacity_report_sglang_version": "0.5.10", "capacity_report_output_dir": str(out)})
+    assert runner.status == "successful", runner.stdout.read()
+    report = (out / "localhost.md").read_text()
+    assert "- mem_fraction_static: not in the log or the options;" in report
+    assert "Hybrid linear-attention state pool: 25,755,648 bytes per request per GPU; logged 186 slots (4.48 GiB)" in report

@@ -174,3 +174,64 @@ def test_filters_in_a_play(ansible, tmp_path):
                                            '--chat-template "100%% $$x"')
     assert "kv_tokens: mem_fraction_static must be in (0, 1), got 1.2" in results["bad"]["msg"]
     assert failed == {"bad"}
+
+
+# Issue 12: hybrid linear-attention models, the multimodal reduction of f, an inferred default f, untrusted logs.
+QWEN35 = str(FIXTURES / "configs" / "qwen3.5-9b.json")
+
+
+def test_hybrid_model_from_its_real_boot_with_an_inferred_fraction(ansible):
+    facts = ansible.module("sglang_startup_facts", {"path": str(FIXTURES / "logs" / "hybrid_gdn_qwen35_9b_tp2_rtx4090.log")})
+    assert facts["mamba_cache_size"] == 186 and facts["mem_fraction_static"] is None
+    facts = {k: v for k, v in facts.items() if k not in ("failed", "changed", "invocation", "warnings", "source")}
+    given = ansible.module("kv_capacity", {"model_config": QWEN35, "startup_facts": facts, "tp_size": 2,
+                                           "mem_fraction_static": 0.8, "sglang_version": "0.5.10"})
+    assert not given.get("failed"), given.get("msg")
+    assert given["mem_fraction_static_source"] == "option" and given["untrusted"] == []
+    assert given["mamba_cache_size"] == 187 and given["max_total_num_tokens"] == 328234
+    assert given["prediction_error_pct"] == 0.2823
+    # without f: SGLang's default for 24 GB GPUs at TP2, inferred from P (no gpu_memory_total_mib), and said so
+    inferred = ansible.module("kv_capacity", {"model_config": QWEN35, "startup_facts": facts, "tp_size": 2,
+                                              "sglang_version": "0.5.10"})
+    assert not inferred.get("failed"), inferred.get("msg")
+    assert inferred["mem_fraction_static_source"] == "inferred_default"
+    assert any("inferred SGLang's default" in w and "taken as the GPU's size" in w for w in inferred["warnings"])
+    assert 0.5 < inferred["mem_fraction_static"] < 0.9
+    with_gpu = ansible.module("kv_capacity", {"model_config": QWEN35, "startup_facts": facts, "tp_size": 2,
+                                              "sglang_version": "0.5.10", "gpu_memory_total_mib": 24564})
+    assert any("24564 MiB GPUs" in w for w in with_gpu["warnings"])
+
+
+def test_multimodal_reduction_is_the_fraction_used_and_both_are_reported(ansible):
+    facts = {"pre_load_free_gib": 94.04, "post_load_free_gib": 21.71, "mem_fraction_static": 0.792,
+             "mem_fraction_static_logged": 0.88, "mem_fraction_static_source": "multimodal_reduction",
+             "server_args": {"tp_size": 8, "mem_fraction_static": 0.88}}
+    result = ansible.module("kv_capacity", {"model_config": KIMI, "startup_facts": facts, "sglang_version": "0.5.9"})
+    assert not result.get("failed"), result.get("msg")
+    assert result["mem_fraction_static"] == 0.792 and result["mem_fraction_static_logged"] == 0.88
+    assert result["mem_fraction_static_source"] == "multimodal_reduction"
+    assert result["kv_budget_gib"] == round(21.71 - 94.04 * (1 - 0.792), 4)
+
+
+def test_untrusted_boot_gives_a_warning_and_no_token_figure(ansible, tmp_path):
+    model_dir = tmp_path / "Meta-Llama-3.1-8B-Instruct"
+    model_dir.mkdir()
+    shutil.copy(FIXTURES / "configs" / "llama-3.1-8b.json", model_dir / "config.json")
+    (model_dir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 16060522496}}))
+    log = str(FIXTURES / "logs" / "shared_gpu_llama31_8b_lora_docs_ci.log")
+    facts = ansible.module("sglang_startup_facts", {"path": log, "checkpoint_bytes": 16060522496})
+    assert len(facts["untrusted"]) == 1 and "59.90 GiB per GPU" in facts["untrusted"][0]
+    assert any("cannot be trusted" in w for w in facts["warnings"])
+    facts = {k: v for k, v in facts.items() if k not in ("failed", "changed", "invocation", "warnings", "source")}
+    facts["untrusted"] = []  # kv_capacity checks again, from the index beside config.json
+    result = ansible.module("kv_capacity", {"model_config": str(model_dir), "startup_facts": facts})
+    assert not result.get("failed"), result.get("msg")
+    assert len(result["untrusted"]) == 1 and "44.94 GiB were taken by something else" in result["untrusted"][0]
+    assert result["max_total_num_tokens"] is None and result["kv_budget_gib"] is None
+    assert result["min_mem_fraction_static"] is None and result["prediction_error_pct"] is None
+    assert result["cell_size_bytes"] == 131072  # what does not depend on P and A stays
+    assert any("cannot be trusted" in w for w in result["warnings"])
+    # the same numbers given as options are the caller's: trusted
+    given = ansible.module("kv_capacity", {"model_config": str(model_dir), "mem_fraction_static": 0.841,
+                                           "pre_load_free_gib": 77.83, "post_load_free_gib": 17.93})
+    assert given["untrusted"] == [] and given["max_total_num_tokens"] is not None

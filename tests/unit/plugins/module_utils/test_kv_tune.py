@@ -502,3 +502,44 @@ def test_the_class_plan_has_an_entry_per_unit_and_units_of_one_host_may_share_a_
     assert member["canary_host"] == "h" and member["canary_unit"] == "sglang@a.service"
     assert plan["h"]["lines"][0].startswith("h/sglang@a: canary of class AAAAAAAAAAAA")
     assert plan["x"]["units"] == {} and plan["x"]["lines"][0].startswith("x: alone")
+
+
+# Issue 12: untrusted boots, the multimodal reduction of f, hybrid models
+
+UNTRUSTED = dict(BOOT, untrusted=["the log says the weights took 62.82 GiB per GPU, but ..."])
+
+
+def test_an_untrusted_boot_gives_no_memory_to_predict_from():
+    assert kv_tune.effective_memory(UNTRUSTED) == (None, None)
+    assert kv_tune.lower_bound(UNTRUSTED, None) is None
+    # the running value is re-measured by a restart, not measured in place on the untrusted start
+    tuner = make_tuner({"running_value": 0.88, "boot": dict(UNTRUSTED, server_args={"mem_fraction_static": 0.88})})
+    assert tuner.first_step()["restart"] is True
+    trusted = make_tuner({"running_value": 0.88})
+    assert trusted.first_step()["restart"] is False
+
+
+def test_an_untrusted_trial_does_not_move_the_floor():
+    tuner = make_tuner({"running_value": 0.80})
+    tuner.first_step()
+    # a trial whose log says A = 1 GiB (another process took the rest) would put the floor at 1 - 1/94 = 0.99
+    tuner.advance(observation({"stress": {"held": True, "min_free_gib": 6.0},
+                               "boot": dict(UNTRUSTED, post_load_free_gib=1.0)}, tuner.step))
+    assert tuner.state["floor"] < 0.8
+
+
+def test_the_multimodal_reduction_in_terms_of_the_command_line_value():
+    boot = {"pre_load_free_gib": 62.92, "post_load_free_gib": 47.22, "mem_fraction_static": 0.787,
+            "mem_fraction_static_logged": 0.874, "mem_fraction_static_source": "multimodal_reduction"}
+    p, a = kv_tune.effective_memory(boot)
+    for f in (0.874, 0.6, 0.95):
+        # SGLang's budget at s * f equals the formula's at f with P' and A'
+        assert a - p * (1 - f) == pytest.approx(47.22 - 62.92 * (1 - f * 0.787 / 0.874))
+    assert kv_tune.lower_bound(boot, None) == pytest.approx((1 - 47.22 / 62.92) / (0.787 / 0.874))
+
+
+def test_a_token_floor_is_refused_for_hybrid_models():
+    model = {"cell_size_bytes": 16384, "page_size": 1, "mm_reservation_gib": 0.0, "hybrid_state": True}
+    with pytest.raises(kv_tune.TuneError, match="kv_tune_min_tokens is not supported for hybrid"):
+        kv_tune.lower_bound(BOOT, model, 100000)
+    assert kv_tune.lower_bound(BOOT, model) == pytest.approx(1 - 21.71 / 94.04)

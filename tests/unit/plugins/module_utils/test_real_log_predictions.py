@@ -58,3 +58,25 @@ def test_field_case_cell_and_budget():
     result = _predict("field_kimi_k25_rtx6000_tp8_eagle3.log", "kimi-k2.5-int4.json", "0.5.9")
     assert result["cell_size_bytes"] == 70272  # (512 + 64) x 61 layers x 2 B, not divided by TP
     assert result["kv_budget_gib"] == pytest.approx(21.71 - 94.04 * 0.12, abs=1e-4)
+
+
+def test_hybrid_gdn_state_pool_and_kv_pool_from_a_real_boot():
+    # Qwen3.5-9B (24 Gated DeltaNet + 8 full-attention layers), TP2 on 2x RTX 4090, f 0.8 from the command line (the
+    # excerpt has no server_args). The build (April 2026, between 0.5.10 and 0.5.11 by its log formats and date) runs
+    # the 0.5.10 arithmetic: K = int(budget * 0.9 / 1.9 // per_request).
+    facts = parse_startup_log((FIXTURES / "logs" / "hybrid_gdn_qwen35_9b_tp2_rtx4090.log").read_text())
+    result = capacity(json.loads((FIXTURES / "configs" / "qwen3.5-9b.json").read_text()), 0.8,
+                      facts["pre_load_free_gib"], facts["post_load_free_gib"], tp_size=2, sglang_version="0.5.10",
+                      observed=facts)
+    # per request: 24 layers x (8192 / 2 x 3 x 2 B conv + 16 x 128 x 128 x 4 B ssm)
+    assert result["state_bytes_per_request"] == 24 * (4096 * 3 * 2 + 16 * 128 * 128 * 4)
+    # one slot more than the log's 186: about 40 MiB less was free when SGLang profiled than "Load weight end" says
+    # (P and A are printed to 0.01 GB; a 187th slot needs 35-45 MiB more than the boot had)
+    assert (result["mamba_cache_size"], facts["mamba_cache_size"]) == (187, 186)
+    # conv 0.1027 + ssm 4.3828 GiB, which the log prints rounded each: 0.10 + 4.38
+    assert result["mamba_state_gib"] == pytest.approx(facts["mamba_size_gib"], abs=0.01)
+    assert result["cell_size_bytes"] == 8 * 2 * 256 * 2 * 2  # only the 8 full-attention layers hold KV
+    assert result["observed_tokens"] == 327310
+    # measured +0.2823 %: the same ~40 MiB, 0.8 % of the 5 GiB KV pool at most, plus the log's rounding of P and A
+    assert abs(result["prediction_error_pct"]) <= 0.5
+    assert result["prediction_error_pct"] == pytest.approx(0.2823, abs=0.0001)

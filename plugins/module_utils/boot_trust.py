@@ -1,0 +1,85 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Whether the memory numbers of a boot can be trusted: another process that allocates on a GPU while SGLang loads
+makes the log's "mem usage" (P - A of that rank) far larger than the weights, and A too small, so the formula's
+inputs are wrong and any token figure computed from them is too.
+
+Pure and stdlib only. Two checks, each a finding (a sentence with the numbers) when it fails:
+
+- weights vs checkpoint: the weights a GPU holds are the checkpoint's bytes (``metadata.total_size`` of
+  ``model.safetensors.index.json``) over TP x PP. A rank that reports more than that by over
+  ``CHECKPOINT_SLACK_RATIO`` and ``CHECKPOINT_SLACK_GIB`` both did not spend it on weights. Loading never grows a
+  checkpoint by that much: online quantization shrinks it, and buffers SGLang builds while loading are far smaller.
+- ranks of one pipeline stage load the same shards, so their "mem usage" is the same to a few MiB; ranks that
+  differ by over ``RANK_SPREAD_GIB`` and ``RANK_SPREAD_RATIO`` both had free memory taken from some GPUs, not
+  others, during the load.
+"""
+from __future__ import annotations
+
+import re
+
+GIB = 2 ** 30
+CHECKPOINT_SLACK_RATIO = 0.25
+CHECKPOINT_SLACK_GIB = 1.0
+RANK_SPREAD_RATIO = 0.10
+RANK_SPREAD_GIB = 1.0
+
+__all__ = ["checkpoint_bytes", "findings"]
+
+
+def checkpoint_bytes(index):
+    """The checkpoint's size in bytes from a parsed ``model.safetensors.index.json`` (its ``metadata.total_size``);
+    None when the index does not say."""
+    if not isinstance(index, dict):
+        return None
+    size = (index.get("metadata") or {}).get("total_size") if isinstance(index.get("metadata"), dict) else None
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0:
+        return None
+    return int(size)
+
+
+def _shards(facts):
+    """(tp, pp) of the boot: its server_args, else one pipeline stage of as many TP ranks as printed records."""
+    args = facts.get("server_args") or {}
+    tp = args.get("tp_size") if isinstance(args.get("tp_size"), int) else None
+    pp = args.get("pp_size") if isinstance(args.get("pp_size"), int) else None
+    return tp or max(1, len(facts.get("ranks") or [])), pp or 1
+
+
+def _stage(tag):
+    match = re.search(r"\bPP(\d+)\b", tag or "")
+    return match.group(1) if match else ""
+
+
+def findings(facts, checkpoint_size=None):
+    """Sentences that say why the boot's memory numbers cannot be trusted (an empty list when nothing is wrong).
+    ``facts``: parse_startup_log's facts; ``checkpoint_size``: the checkpoint's bytes (None: that check is skipped)."""
+    found = []
+    weights = facts.get("weights_gib")
+    if checkpoint_size and weights is not None:
+        tp, pp = _shards(facts)
+        expected = float(checkpoint_size) / GIB / (tp * pp)
+        excess = weights - expected
+        if excess > CHECKPOINT_SLACK_GIB and excess > CHECKPOINT_SLACK_RATIO * expected:
+            found.append(
+                "the log says the weights took %.2f GiB per GPU, but the checkpoint is %.2f GiB (%.2f GiB per GPU at "
+                "TP %d x PP %d): %.2f GiB were taken by something else while SGLang loaded (another process on the "
+                "GPU?), so P, A and the token figures computed from them are wrong"
+                % (weights, float(checkpoint_size) / GIB, expected, tp, pp, excess))
+    stages = {}
+    for rank in facts.get("ranks") or []:
+        if rank.get("weights_gib") is not None:
+            stages.setdefault(_stage(rank.get("tag")), []).append(rank)
+    for stage in sorted(stages):
+        ranks = stages[stage]
+        low = min(ranks, key=lambda r: r["weights_gib"])
+        high = max(ranks, key=lambda r: r["weights_gib"])
+        spread = high["weights_gib"] - low["weights_gib"]
+        if spread > RANK_SPREAD_GIB and spread > RANK_SPREAD_RATIO * high["weights_gib"]:
+            found.append(
+                "ranks that load the same shards report different weights: %s %.2f GiB, %s %.2f GiB: free memory "
+                "moved on some GPUs during the load (another process?), so P and A are not what SGLang's pool will see "
+                "next time" % (high.get("tag") or "untagged", high["weights_gib"], low.get("tag") or "untagged",
+                               low["weights_gib"]))
+    return found

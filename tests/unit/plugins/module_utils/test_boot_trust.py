@@ -1,0 +1,79 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Boots whose memory numbers cannot be trusted: real docs-CI boots on a GPU that other notebooks shared."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import checkpoint_bytes, findings
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
+
+LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "logs"
+LLAMA2_7B = 13476839424    # meta-llama/Llama-2-7b-chat-hf, model.safetensors.index.json total_size (fp16)
+LLAMA31_8B = 16060522496   # meta-llama/Meta-Llama-3.1-8B-Instruct (bf16)
+# Qwen/Qwen2.5-VL-7B-Instruct: what the same model took in a clean load of the same docs build (15.70 GB), in place of
+# its checkpoint's total_size, which no fixture holds
+QWEN25_VL_7B_CLEAN = int(15.70 * 2 ** 30)
+
+
+def facts(name):
+    return parse_startup_log((LOGS / name).read_text())
+
+
+@pytest.mark.parametrize("log, size, weights, excess", [
+    # 62.82 GB "used" for a 12.55 GiB fp16 model: about 50 GiB were another process's
+    ("shared_gpu_llama2_7b_eagle_docs_ci_62gb.log", LLAMA2_7B, 62.82, 50.27),
+    ("shared_gpu_llama31_8b_lora_docs_ci.log", LLAMA31_8B, 59.90, 44.94),
+    ("multimodal_reduce_qwen25vl7b_shared_gpu_docs_ci.log", QWEN25_VL_7B_CLEAN, 25.03, 9.33),
+])
+def test_weights_far_above_the_checkpoint(log, size, weights, excess):
+    boot = facts(log)
+    assert boot["weights_gib"] == weights
+    found = findings(boot, size)
+    assert len(found) == 1
+    assert "the weights took %.2f GiB per GPU" % weights in found[0]
+    assert "%.2f GiB were taken by something else" % excess in found[0]
+
+
+@pytest.mark.parametrize("log, size", [
+    ("multimodal_reduce_qwen25vl7b_docs_ci.log", QWEN25_VL_7B_CLEAN),
+    ("classic_tp1_llama31_8b_eagle3_h100.log", LLAMA31_8B),
+])
+def test_clean_loads_are_trusted(log, size):
+    assert findings(facts(log), size) == []
+
+
+def test_without_the_checkpoint_only_the_ranks_are_compared():
+    assert findings(facts("shared_gpu_llama2_7b_eagle_docs_ci_62gb.log")) == []
+    assert facts("shared_gpu_llama2_7b_eagle_docs_ci_62gb.log")["untrusted"] == []
+
+
+def test_ranks_of_one_stage_that_loaded_different_amounts():
+    lines = (LOGS / "hybrid_gdn_qwen35_9b_tp2_rtx4090.log").read_text().replace(
+        "TP1] Load weight end. elapsed=5.46 s, type=Qwen3_5ForConditionalGeneration, avail mem=14.08 GB, mem usage=8.85",
+        "TP1] Load weight end. elapsed=5.46 s, type=Qwen3_5ForConditionalGeneration, avail mem=9.08 GB, mem usage=13.85")
+    boot = parse_startup_log(lines)
+    assert boot["untrusted"] == [
+        "ranks that load the same shards report different weights: TP1 13.85 GiB, TP0 8.85 GiB: free memory moved on "
+        "some GPUs during the load (another process?), so P and A are not what SGLang's pool will see next time"]
+    # the real boot: both ranks 8.85
+    assert facts("hybrid_gdn_qwen35_9b_tp2_rtx4090.log")["untrusted"] == []
+
+
+def test_pipeline_stages_are_compared_within_a_stage():
+    boot = {"weights_gib": 40.0, "ranks": [{"tag": "PP0 TP0", "weights_gib": 40.0}, {"tag": "PP0 TP1", "weights_gib": 40.1},
+                                           {"tag": "PP1 TP0", "weights_gib": 30.0}, {"tag": "PP1 TP1", "weights_gib": 30.0}]}
+    assert findings(boot) == []
+
+
+@pytest.mark.parametrize("index, size", [
+    ({"metadata": {"total_size": 13476839424}, "weight_map": {}}, 13476839424),
+    ({"weight_map": {}}, None),
+    ({"metadata": {"total_size": "x"}}, None),
+    ([], None),
+])
+def test_checkpoint_bytes(index, size):
+    assert checkpoint_bytes(index) == size
