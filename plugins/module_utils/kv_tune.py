@@ -669,6 +669,19 @@ class Tuner(object):
         if error is None and running and running.get("fingerprint_hash") not in (None, self.fingerprint_hash):
             error = ("the memory picture changed during the search (%s): start again once the host is settled"
                      % ", ".join(fingerprint_diff(self.fingerprint, running.get("fingerprint") or {})))
+        if error is None and boot.get("untrusted"):
+            # Another process allocated on the GPUs while this start loaded: its pool, its headroom and whatever
+            # held or failed are not this value's. Start it again once; twice in a row, the GPUs are not ours.
+            again = step.get("remeasure", 0) < 1
+            record = self._record(step, "untrusted", "; ".join(boot["untrusted"]), obs)
+            if again:
+                record["next"] = step["value"]
+                return self._go(dict(step, n=len(self.trials) + 1, restart=True, remeasure=step.get("remeasure", 0) + 1))
+            record["outcome"] = "unverified"
+            self.error = ("two starts at %s in a row gave startup logs whose memory numbers cannot be trusted (%s): "
+                          "another process allocates GPU memory while SGLang loads; tune again when nothing else runs "
+                          "on these GPUs" % (step["text"], boot["untrusted"][0]))
+            return self._end()
         record = self._record(step, outcome, why, obs)
         if error is None and outcome == "stable" and record["min_free_gib"] is None:
             error = ("the load held but no GPU memory sample was taken (neither NVML nor nvidia-smi answered on the "
@@ -809,6 +822,8 @@ class Tuner(object):
         t = self.trials[-1]
         if t["outcome"] == "unverified":
             tail = "stopped"
+        elif t["outcome"] == "untrusted":
+            tail = "again " + self.text(t["next"])
         elif self.state["done"]:
             tail = "done: " + self.state["reason"]
         else:

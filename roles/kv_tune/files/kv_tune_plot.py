@@ -13,7 +13,7 @@ import sys
 
 MARKERS = {"stable": ("o", "tab:green"), "init_oom": ("v", "tab:purple"), "startup_oom": ("X", "tab:red"),
            "runtime_oom": ("X", "tab:red"), "timeout": ("s", "tab:orange"), "crash": ("D", "tab:brown"),
-           "unverified": ("P", "tab:gray")}
+           "unverified": ("P", "tab:gray"), "untrusted": ("P", "tab:olive")}
 
 
 def plot(report: dict, out: str) -> None:

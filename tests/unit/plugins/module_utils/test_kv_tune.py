@@ -519,13 +519,16 @@ def test_an_untrusted_boot_gives_no_memory_to_predict_from():
     assert trusted.first_step()["restart"] is False
 
 
-def test_an_untrusted_trial_does_not_move_the_floor():
+def test_nothing_is_learned_from_an_untrusted_trial():
     tuner = make_tuner({"running_value": 0.80})
     tuner.first_step()
     # a trial whose log says A = 1 GiB (another process took the rest) would put the floor at 1 - 1/94 = 0.99
-    tuner.advance(observation({"stress": {"held": True, "min_free_gib": 6.0},
-                               "boot": dict(UNTRUSTED, post_load_free_gib=1.0)}, tuner.step))
-    assert tuner.state["floor"] < 0.8
+    step = tuner.advance(observation({"stress": {"held": True, "min_free_gib": 6.0},
+                                      "boot": dict(UNTRUSTED, post_load_free_gib=1.0)}, tuner.step))
+    assert (step["do"], step["value"], step["restart"]) == ("trial", 0.80, True)
+    assert tuner.state is None and tuner.trials[-1]["outcome"] == "untrusted"
+    tuner.advance(observation({"stress": {"held": True, "min_free_gib": 6.0}}, step))
+    assert tuner.state["floor"] < 0.8 and len(tuner.state["trials"]) == 1
 
 
 def test_the_multimodal_reduction_in_terms_of_the_command_line_value():
