@@ -106,7 +106,8 @@ def test_profile_install_is_idempotent(make_sim, tmp_path):
     again = json.loads(sim.run("sglang_sim.profiles", ["install", "field", "--root", root]).stdout)
     assert again["changed"] is False
     listing = sim.run("sglang_sim.profiles", ["list"]).stdout
-    assert all(name in listing for name in ("field", "h100-llama70b", "h200-deepseek-v3", "single-gpu"))
+    assert all(name in listing for name in ("field", "h100-llama70b", "h200-deepseek-v3", "single-gpu",
+                                            "single-gpu-hybrid"))
 
 
 def test_sglang_package_reports_the_hosts_version(make_sim):

@@ -21,7 +21,7 @@ import simlib
 sys.path.insert(0, simlib.SIM_SRC)
 from sglang_sim import hostspec, lspci, pci  # noqa: E402  pylint: disable=wrong-import-position
 
-PROFILES = ("field", "h100-llama70b", "h200-deepseek-v3", "single-gpu")
+PROFILES = ("field", "h100-llama70b", "h200-deepseek-v3", "single-gpu", "single-gpu-hybrid")
 HGX_H100 = """\
 05:00.0 Bridge: NVIDIA Corporation GH100 [H100 NVSwitch] (rev a1)
 06:00.0 Bridge: NVIDIA Corporation GH100 [H100 NVSwitch] (rev a1)
@@ -72,7 +72,7 @@ def test_gpus_sit_where_nvidia_smi_says(make_sim, profile):
 
 
 @pytest.mark.parametrize("profile, nvswitches", [("h100-llama70b", 4), ("h200-deepseek-v3", 4), ("field", 0),
-                                                 ("single-gpu", 0)])
+                                                 ("single-gpu", 0), ("single-gpu-hybrid", 0)])
 def test_nvswitches_only_on_hgx_profiles(profile, nvswitches):
     rc, out, _err = run(profile, ["-n", "-d", "10de:"])
     assert rc == 0

@@ -35,7 +35,7 @@ from sglang_sim.model import load_model  # noqa: E402
 
 GIB = 2 ** 30
 SAFETY_GIB = 1.0
-PROFILES = ("field", "h100-llama70b", "h200-deepseek-v3", "single-gpu")
+PROFILES = ("field", "h100-llama70b", "h200-deepseek-v3", "single-gpu", "single-gpu-hybrid")
 STARTS = ("default", "init_oom", "dies_under_load", "startup_oom")
 ROWS = []
 

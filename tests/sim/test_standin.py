@@ -61,7 +61,7 @@ def metadata_fields(text: str) -> dict:
 
 def test_one_wheel_per_profile_version_and_the_upgrade_target(tmp_path):
     wheels = build(tmp_path / "a")
-    assert profile_versions() == {"0.5.9", "0.5.5.post3"}   # what the shipped profiles say today
+    assert profile_versions() == {"0.5.9", "0.5.5.post3", "0.5.17"}   # what the shipped profiles say today
     expected = sorted("sglang-%s-py3-none-any.whl" % v for v in profile_versions() | {"0.5.10"})
     assert sorted(os.path.basename(w) for w in wheels) == expected
     assert sorted(os.listdir(str(tmp_path / "a"))) == expected

@@ -103,6 +103,24 @@ STEP_FRAMES = {
     "profile_current": frame("srt/model_executor/model_runner.py", 1490, "initialize",
                              "self.init_memory_pool(pre_model_load_memory)")
     + frame("srt/mem_cache/kv_cache_configurator.py", 3050, "_profile_available_bytes", "raise ValueError("),
+    # Hybrid linear-attention models (SGLang 0.5.17's line numbers): the Mamba pool gets no slot, or no request.
+    "profile_mamba": frame("srt/model_executor/model_runner.py", 1490, "initialize",
+                           "self.init_memory_pool(pre_model_load_memory)")
+    + frame("srt/mem_cache/kv_cache_configurator.py", 1782, "_resolve_memory_pool_config",
+            "available_bytes = self._profile_available_bytes(pre_model_load_memory)")
+    + frame("srt/mem_cache/kv_cache_configurator.py", 1637, "_profile_available_bytes",
+            "rest_memory = self._handle_max_mamba_cache(rest_memory)")
+    + frame("srt/mem_cache/kv_cache_configurator.py", 1963, "_handle_max_mamba_cache", "raise RuntimeError("),
+    "profile_mamba_requests": frame("srt/model_executor/model_runner.py", 1490, "initialize",
+                                    "self.init_memory_pool(pre_model_load_memory)")
+    + frame("srt/mem_cache/kv_cache_configurator.py", 1784, "_resolve_memory_pool_config",
+            "config.max_running_requests = self.resolve_max_num_reqs(")
+    + frame("srt/mem_cache/kv_cache_configurator.py", 1753, "resolve_max_num_reqs", "raise RuntimeError("),
+    "mamba": frame("srt/model_executor/model_runner.py", 590, "initialize", "self.init_memory_pool(min_per_gpu_memory)")
+    + frame("srt/model_executor/model_runner_kv_cache_mixin.py", 520, "init_memory_pool",
+            "self.req_to_token_pool = HybridReqToTokenPool(")
+    + frame("srt/mem_cache/memory_pool.py", 812, "__init__", "self.mamba_pool = MambaPool(")
+    + frame("srt/mem_cache/memory_pool.py", 640, "__init__", "conv_state = torch.zeros("),
     "req_to_token": frame("srt/model_executor/model_runner.py", 590, "initialize",
                           "self.init_memory_pool(min_per_gpu_memory)")
     + frame("srt/model_executor/model_runner_kv_cache_mixin.py", 520, "init_memory_pool",
@@ -195,6 +213,21 @@ def kv_line(fmt: str, dtype: str, tokens: int, sizes: tuple) -> str:
         return "KV Cache is allocated. %s#tokens: %d, KV size: %.2f GB" % (what, tokens, sizes[0] / GIB)
     return "KV Cache is allocated. %s#tokens: %d, K size: %.2f GB, V size: %.2f GB" % (
         what, tokens, sizes[0] / GIB, sizes[1] / GIB)
+
+
+def mamba_line(release: tuple, slots: int, conv_bytes: int, ssm_bytes: int) -> str:
+    """MambaPool's ``Mamba Cache is allocated. ...`` line (trailing space included, as SGLang prints it); the sizes
+    cover the pool's slots + 1. 0.5.2-0.5.3 print no max_mamba_cache_size."""
+    sizes = "conv_state size: %.2fGB, ssm_state size: %.2fGB " % (conv_bytes / GIB, ssm_bytes / GIB)
+    if tuple(release) < (0, 5, 4):
+        return "Mamba Cache is allocated. " + sizes
+    return "Mamba Cache is allocated. max_mamba_cache_size: %d, %s" % (slots, sizes)
+
+
+# The attention backend of hybrid GDN models (attention_registry.py, every rank, 0.5.3+); 0.5.2-0.5.3 warn at start
+# that the radix cache is turned off.
+HYBRID_BACKEND_LINE = "Using hybrid linear attention backend for hybrid GDN models."
+HYBRID_RADIX_OFF_LINE = "Hybrid GDN model detected, disable radix cache"
 
 
 def pool_end(avail_gib: float) -> str:

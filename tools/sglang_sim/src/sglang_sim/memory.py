@@ -28,6 +28,13 @@ disabled), tokens x bytes per decode token; the caching allocator keeps them (ti
 whose activations do not fit in a rank's headroom is a CUDA out-of-memory error: the server dies. The stress load
 (what the oracle assumes) is the largest prefill chunk and the largest decode batch the server admits.
 
+Hybrid Gated-DeltaNet models (Qwen3-Next, Qwen3.5; model.py): the KV cell counts only the full-attention layers,
+and step 3 first takes the Mamba state pool out of the budget (:meth:`Server._mamba_budget`, SGLang's
+``handle_max_mamba_cache`` of the server's release: the radix-on ratio split ``rest * r / (1 + r)`` with r =
+--mamba-full-memory-ratio, or --max-mamba-cache-size, or --max-running-requests with --disable-radix-cache); the
+pool's K + 1 slots are allocated right after req_to_token (HybridReqToTokenPool's MambaPool), before the KV pool, and
+the request slots are capped at K // ratio (3, plus the extra-buffer slots where SGLang adds them).
+
 Multi-node (``--nnodes N``): the plan is the whole server's, every node's ranks on their own host (``hosts``); P and
 A are the MIN over all ranks of all nodes, so every node sizes the same pool. Each node computes the same plan from
 the hosts exchanged at the rendezvous (multinode.py) and walks and logs only its own ranks.
@@ -36,7 +43,8 @@ Units: bytes (int) inside, GiB = bytes / 2**30 (SGLang prints it as "GB") at the
 """
 from __future__ import annotations
 
-from sglang_sim.hostspec import GIB, MIB
+from sglang_sim.hostspec import GIB, MIB, SimConfigError
+from sglang_sim.model import STATE_DTYPE_BYTES
 
 ERA_CLASSIC, ERA_MIXIN, ERA_CURRENT = "classic", "mixin", "current"
 SPEC_WITH_DRAFT = ("EAGLE", "EAGLE3", "STANDALONE")
@@ -66,6 +74,51 @@ def era(version: str) -> str:
     if release < (0, 5, 14):
         return ERA_MIXIN
     return ERA_CURRENT
+
+
+# _MAMBA_EXTRA_BUFFER_ARCHS / _support_mamba_cache_extra_buffer: the hybrid GDN architectures whose "auto" mamba
+# scheduler strategy becomes extra_buffer from 0.5.14 (with the default triton linear-attention backend).
+MAMBA_EXTRA_BUFFER_ARCHS = ("Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
+                            "Qwen3_5MoeForConditionalGeneration")
+
+
+def mamba_not_enough_message(slots: int, rest_gib: float, per_req: int) -> str:
+    """_handle_max_mamba_cache's RuntimeError (0.5.13+) when the Mamba pool gets no slot."""
+    return ("RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+            "max_mamba_cache_size=%d (total_rest_memory=%.2f GB, mamba_cache_per_req=%.2f MB). Try: (1) reduce "
+            "--max-running-requests, (2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, "
+            "or (4) use GPUs with more memory." % (slots, rest_gib, per_req / 2 ** 20))
+
+
+def mamba_too_small_message(slots: int, ratio: int, requests: int) -> str:
+    """resolve_max_num_reqs' RuntimeError (0.5.13+) when the Mamba pool serves no request."""
+    return ("RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+            "max_mamba_cache_size=%d, mamba_ratio=%d, resulting max_num_reqs=%d. Try: (1) reduce "
+            "--max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more memory."
+            % (slots, ratio, requests))
+
+
+def check_supported(host, model, draft, args):
+    """Refuse (SimConfigError) what the simulator does not model for a hybrid linear-attention model, and what
+    the server's SGLang release cannot run: Qwen3-Next needs 0.5.2+, Qwen3.5 0.5.9+; speculative decoding (MTP,
+    the intermediate SSM/conv caches) and pipeline parallelism are not simulated with a Mamba pool."""
+    if not model.hybrid_gdn:
+        return
+    release = version_tuple(host.sglang_version)
+    needed = (0, 5, 9) if model.qwen3_5 else (0, 5, 2)
+    if release < needed:
+        raise SimConfigError("%s: SGLang %s has no support for %s (model_type %s); it needs SGLang >= %s"
+                             % (model.path, host.sglang_version, model.architecture, model.model_type,
+                                ".".join(str(part) for part in needed)))
+    if args.speculative_algorithm or draft is not None:
+        raise SimConfigError("speculative decoding (%s) with a hybrid linear-attention model (%s) is not simulated "
+                             "(its Mamba intermediate state caches are not modelled)"
+                             % (args.speculative_algorithm, model.architecture))
+    if args.pp_size > 1:
+        raise SimConfigError("pipeline parallelism (--pp-size %d) with a hybrid linear-attention model is not "
+                             "simulated" % args.pp_size)
+    attn_tp = args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size
+    model.mamba_state_shapes(attn_tp, release >= (0, 5, 4))
 
 
 def gib(value: float) -> float:
@@ -131,6 +184,7 @@ class Replica:
         self.max_req_input_len = 0
         self.captured_bs = []          # decode batch sizes with a CUDA graph
         self.graph_max_bs = 0
+        self.mamba_slots = 0           # hybrid models: max_mamba_cache_size (the pool holds one slot more)
 
     def min_headroom(self) -> int:
         """The smallest free memory over this replica's ranks."""
@@ -244,7 +298,17 @@ class Server:
         self.warnings = []
         self.weight_bytes = model.weight_bytes_per_rank(args.tp_size, args.pp_size)
         self.draft_weight_bytes = draft.weight_bytes_per_rank(args.tp_size) if draft else 0
-        self.layers = max(model.layers_per_stage(args.pp_size))
+        self.release = version_tuple(host.sglang_version)
+        self.hybrid = bool(getattr(model, "hybrid_gdn", False))
+        # Hybrid: the KV pool holds only the full-attention layers (mambaish full_attention_layer_ids).
+        self.layers = (model.num_full_attention_layers if self.hybrid
+                       else max(model.layers_per_stage(args.pp_size)))
+        self.mamba_ssm_dtype = self.mamba_conv_bytes = self.mamba_ssm_bytes = self.mamba_per_req = 0
+        if self.hybrid:
+            self.mamba_ssm_dtype = self._mamba_ssm_dtype()
+            self.mamba_conv_bytes, self.mamba_ssm_bytes = model.mamba_state_bytes(
+                self.attn_tp, STATE_DTYPE_BYTES[self.mamba_ssm_dtype], 2, self.release >= (0, 5, 4))
+            self.mamba_per_req = self.mamba_conv_bytes + self.mamba_ssm_bytes
         self.cell = cell_bytes(model, self.layers, self.attn_tp, self.kv_elem, self.era,
                                args.kv_cache_dtype == "fp4_e2m1")
         self.draft_cell = 0
@@ -280,6 +344,8 @@ class Server:
         mm = 100 * MIB if (self.era == ERA_CURRENT and model.is_multimodal
                            and version_tuple(self.host.sglang_version) >= (0, 5, 18)) else 0
         budget = gib(replica.a) - gib(replica.p) * (1 - f) - gib(mm)
+        if self.hybrid:
+            budget = self._mamba_budget(replica, budget, everyone)
         if self.era == ERA_CURRENT and budget <= 0:
             raise StartupFailure("init_oom", "profile", replica.ranks[0].number,
                                  {"minimum": 1 - gib(replica.a) / gib(replica.p)}, everyone)
@@ -289,6 +355,8 @@ class Server:
             slots = min(max(int(tokens / args.context_len * 512), 2048), 4096)
         else:
             slots = args.max_running_requests // dp_div
+        if self.hybrid:
+            slots = self._mamba_request_cap(replica, slots, tokens, everyone)
         if self.era == ERA_CLASSIC and args.speculative_algorithm in SPEC_WITH_DRAFT:
             tokens += (slots * args.speculative_num_steps * args.speculative_eagle_topk
                        + slots * args.speculative_num_draft_tokens + 100)
@@ -314,6 +382,129 @@ class Server:
                 sizes.add(slots)
             replica.captured_bs = sorted(size for size in sizes if size <= slots)
             replica.graph_max_bs = max(replica.captured_bs)
+
+    # -- hybrid linear-attention models: the Mamba state pool ----------------------------------------------
+
+    def _mamba_ssm_dtype(self) -> str:
+        """The SSM state dtype: --mamba-ssm-dtype; from 0.5.9 (mamba2_state_dtype) else the config's
+        mamba_ssm_dtype; else float32. The conv state is bf16 in every release."""
+        if self.args.mamba_ssm_dtype:
+            return self.args.mamba_ssm_dtype
+        if self.release >= (0, 5, 9) and self.model.config_mamba_ssm_dtype:
+            return self.model.config_mamba_ssm_dtype
+        return "float32"
+
+    def mamba_ratio(self) -> int:
+        """Mamba slots per running request (MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO and the extra-buffer
+        additions, _calculate_mamba_ratio), per release: 1 without radix cache (0.5.2-0.5.3 always turn it off);
+        3 up to 0.5.6; 0.5.7 adds 2 always (1 only for extra_buffer with speculative decoding); 0.5.8-0.5.9 add 2
+        with --mamba-scheduler-strategy extra_buffer; 0.5.10+ add 2 (overlap schedule) or 1 (without) with
+        extra_buffer, which "auto" means from 0.5.14 for the Qwen3-Next/Qwen3.5 architectures when the overlap
+        schedule is on or page_size > 1 (else no_buffer: 3)."""
+        args, release = self.args, self.release
+        if release < (0, 5, 4) or args.disable_radix_cache:
+            return 1
+        if release < (0, 5, 7):
+            return 3
+        strategy = args.mamba_scheduler_strategy or "auto"
+        if strategy == "auto":
+            paged = (args.page_size or 1) > 1
+            extra = (release >= (0, 5, 14) and self.model.architecture in MAMBA_EXTRA_BUFFER_ARCHS
+                     and (not args.disable_overlap_schedule or paged))
+            strategy = "extra_buffer" if extra else "no_buffer"
+        if release < (0, 5, 8):
+            return 3 + 2
+        if strategy != "extra_buffer":
+            return 3
+        if release < (0, 5, 10):
+            return 3 + 2
+        return 3 + (1 if args.disable_overlap_schedule else 2)
+
+    def _mamba_budget(self, replica, rest: float, everyone: list) -> float:
+        """handle_max_mamba_cache of the server's release: sets ``replica.mamba_slots`` (K) and returns the KV
+        budget (GiB) left. Per release (no speculative decoding; dp = --dp-size with DP attention, else 1):
+
+        * 0.5.2-0.5.3 (ModelRunner.__init__ + profile_max_num_token): radix cache is forced off; K =
+          --max-mamba-cache-size, else --max-running-requests, else 512; K //= dp; rest -= K * per_req.
+        * 0.5.4-0.5.6 (model_runner.handle_max_mamba_cache): radix off: K = --max-mamba-cache-size, else
+          --max-running-requests, else 512; radix on: K = int(rest * r / (1 + r) * 2**30 // per_req) (a given
+          --max-mamba-cache-size is overwritten); K //= dp; rest -= K * per_req.
+        * 0.5.7-0.5.8 (model_runner_kv_cache_mixin): radix off or --max-mamba-cache-size: K = that, else
+          --max-running-requests, else 512, then // dp; otherwise the ratio split; rest -= K * per_req.
+        * 0.5.9-0.5.16: --max-mamba-cache-size // dp; else radix off with --max-running-requests: that // dp;
+          else the ratio split (also radix off without --max-running-requests); from 0.5.13 K <= 0 raises
+          "Not enough GPU memory for hybrid (mamba/linear-attention) state cache"; rest -= K * per_req.
+        * 0.5.17+ (kv_cache_configurator._handle_max_mamba_cache): the same choices, the ratio split counts the
+          pool's padding slot, K = int((budget_bytes - per_req) // per_req), and rest -= (K + 1) * per_req
+          (0.5.23: max(1, --max-running-requests // dp)).
+        """
+        args, release, per_req = self.args, self.release, self.mamba_per_req
+        dp = args.dp_size if args.enable_dp_attention else 1
+        ratio = args.mamba_full_memory_ratio if args.mamba_full_memory_ratio is not None else 0.9
+        explicit, requests = args.max_mamba_cache_size, args.max_running_requests
+        radix_off = bool(args.disable_radix_cache) or release < (0, 5, 4)
+        padding = 0
+        if release < (0, 5, 4):
+            slots = explicit if explicit is not None else (requests if requests is not None else 512)
+            slots //= dp
+        elif release < (0, 5, 7):
+            if radix_off:
+                slots = explicit if explicit is not None else (requests if requests is not None else 512)
+            else:
+                slots = int((rest * ratio / (1 + ratio) * GIB) // per_req // 1)
+            slots //= dp
+        elif release < (0, 5, 9):
+            if radix_off or explicit is not None:
+                slots = explicit if explicit is not None else (requests if requests is not None else 512)
+                slots //= dp
+            else:
+                slots = int((rest * ratio / (1 + ratio) * GIB) // per_req)
+        else:
+            if explicit is not None:
+                slots = explicit // dp
+            elif radix_off and requests is not None:
+                slots = requests // dp
+                if release >= (0, 5, 23):
+                    slots = max(1, slots)
+            elif release < (0, 5, 17):
+                slots = int((rest * ratio / (1 + ratio) * GIB) // per_req)
+            else:
+                budget_bytes = rest * ratio / (1 + ratio) * GIB
+                slots = int((budget_bytes - per_req) // per_req)
+            if release >= (0, 5, 17):
+                padding = 1
+        replica.mamba_slots = slots
+        if slots <= 0 and release >= (0, 5, 13):
+            raise StartupFailure("init_oom", "profile", replica.ranks[0].number,
+                                 {"error": mamba_not_enough_message(slots, rest, per_req)}, everyone)
+        return rest - (slots + padding) * per_req / GIB
+
+    def _mamba_request_cap(self, replica, slots: int, tokens: int, everyone: list) -> int:
+        """The request slots capped at K // ratio (init_memory_pool / resolve_max_num_reqs): SGLang 0.5.17+ warns
+        when the cap binds; 0.5.13+ raise when it leaves no request. Before 0.5.13 nothing checks it (a server
+        without a request slot cannot serve): the simulator fails it as an init OOM."""
+        ratio = self.mamba_ratio()
+        cap = replica.mamba_slots // ratio
+        if self.release >= (0, 5, 17) and cap < min(slots, tokens // 2):
+            self.warnings.append((replica, "max_running_requests is capped to %d by the mamba state cache "
+                                  "(max_mamba_cache_size=%d, %d state slots per request). To raise it: increase "
+                                  "--mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state size "
+                                  "with --mamba-ssm-dtype bfloat16." % (cap, replica.mamba_slots, ratio)))
+        slots = min(slots, cap)
+        if slots <= 0:
+            detail = {"error": mamba_too_small_message(replica.mamba_slots, ratio, slots)} \
+                if self.release >= (0, 5, 13) else {"minimum": None}
+            raise StartupFailure("init_oom", "profile", replica.ranks[0].number, detail, everyone)
+        return slots
+
+    def mamba_bytes(self, replica) -> int:
+        """The MambaPool on one rank: conv and SSM state of K + 1 slots (the padding slot is allocated in every
+        release, counted in the budget only from 0.5.17)."""
+        return (replica.mamba_slots + 1) * self.mamba_per_req if self.hybrid else 0
+
+    def mamba_pool_sizes(self, replica) -> tuple:
+        """(conv bytes, ssm bytes) of one rank's MambaPool, as its log line prints them."""
+        return ((replica.mamba_slots + 1) * self.mamba_conv_bytes, (replica.mamba_slots + 1) * self.mamba_ssm_bytes)
 
     def req_to_token_bytes(self, replica) -> int:
         """ReqToTokenPool: R rows of (context_len + 4 [+ draft tokens]) int32."""
@@ -385,6 +576,8 @@ class Server:
             replica.a = min(rank.free for rank in replica.ranks)
             self._profile(replica)
         self._each("req_to_token", self.req_to_token_bytes)
+        if self.hybrid:
+            self._each("mamba", self.mamba_bytes)
         self._each("kv", self.kv_bytes)
         self._each("workspace", lambda replica: self.workspace_bytes)
         self._each("graph", self.graph_bytes, "capture_oom")

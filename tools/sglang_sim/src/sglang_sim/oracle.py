@@ -72,6 +72,13 @@ def search(host, model, draft, args, safety_gib: float, resolution: float, hosts
             "stress_activation_gib": round(plan.stress_activation_bytes(replica) / GIB, 4),
             "stress_free_gib_at_max": round(plan.stress_headroom() / GIB, 4),
         })
+        if plan.hybrid:
+            # Hybrid linear-attention model: the Mamba state pool sized beside the KV pool at the maximum.
+            result.update({
+                "max_mamba_cache_size_at_max": replica.mamba_slots,
+                "mamba_cache_per_req_bytes": plan.mamba_per_req,
+                "max_running_requests_at_max": replica.max_running_requests,
+            })
         if hosts:
             result["nodes"] = [{"node_rank": node, "host": each.path,
                                 "free_after_start_gib_at_max": round(min(
@@ -170,6 +177,7 @@ def main(argv=None) -> int:
         draft = None
         if args.speculative_algorithm in memory.SPEC_WITH_DRAFT and args.speculative_draft_model_path:
             draft = load_model(args.speculative_draft_model_path)
+        memory.check_supported(host, model, draft, args)
     except SimConfigError as exc:
         sys.stderr.write("sglang-sim-oracle: %s\n" % exc)
         return 1

@@ -170,14 +170,20 @@ class Process:
         detail = failure.detail
         if failure.kind == "init_oom":
             minimum = detail.get("minimum")
+            error = detail.get("error")
             for replica in plan.replicas:
                 if rank in replica.ranks:
-                    frames = logs.STEP_FRAMES["profile" if minimum is None else "profile_current"]
+                    if error is not None:
+                        # A hybrid model's Mamba pool: no slot, or no request slot (0.5.13+'s RuntimeErrors).
+                        frames = logs.STEP_FRAMES["profile_mamba" if "Computed max_mamba_cache_size" in error
+                                                  else "profile_mamba_requests"]
+                    else:
+                        frames = logs.STEP_FRAMES["profile" if minimum is None else "profile_current"]
                     for each in replica.ranks:
                         if not plan.is_local(each):
                             continue
                         self.log.traceback(each.tag, logs.SCHEDULER_INIT + frames,
-                                           logs.not_enough_memory(self.args.mem_fraction_static, minimum))
+                                           error or logs.not_enough_memory(self.args.mem_fraction_static, minimum))
         elif failure.kind == "unbalanced":
             error = "RuntimeError" if memory.version_tuple(self.host.sglang_version) >= (0, 5, 7) else "ValueError"
             for replica in plan.replicas:
@@ -342,6 +348,8 @@ class Process:
         model = self.model
         started = time.time()
         self.publish("context")
+        if plan.hybrid and plan.release < (0, 5, 4):
+            self.each(lambda rank: [logs.HYBRID_RADIX_OFF_LINE])
         self.each(lambda rank: [logs.init_begin(fmt)])
         if self.link is not None:
             self.rendezvous()
@@ -418,8 +426,14 @@ class Process:
                 if warned is replica:
                     self.each(lambda rank, text=text: [text], replica.ranks)
         self.sleep(1.0, 0.02)
-        self.check(failure, "req_to_token", "kv")
+        self.check(failure, "req_to_token", "mamba", "kv")
         self.publish("workspace")
+        if plan.hybrid:
+            # HybridReqToTokenPool's MambaPool, on every rank, before the KV pool.
+            for replica in plan.replicas:
+                conv, ssm = plan.mamba_pool_sizes(replica)
+                self.each(lambda rank, replica=replica, conv=conv, ssm=ssm: [
+                    logs.mamba_line(plan.release, replica.mamba_slots, conv, ssm)], replica.ranks)
         for replica in plan.replicas:
             rows = replica.tokens + self.args.page_size
             if self.model.attention == "mla":
@@ -431,6 +445,8 @@ class Process:
                 logs.kv_line(fmt, plan.kv_dtype_name, replica.tokens, sizes),
                 logs.pool_end(_gib(self.step(rank, "kv")[2]))], replica.ranks)
         self.check(failure, "workspace")
+        if plan.hybrid and plan.release >= (0, 5, 3):
+            self.each(lambda rank: [logs.HYBRID_BACKEND_LINE])
 
     def draft_pool(self, failure):
         """The classic/mixin draft's own KV pool."""
@@ -484,6 +500,7 @@ def build(argv):
     draft = None
     if args.speculative_algorithm in memory.SPEC_WITH_DRAFT and args.speculative_draft_model_path:
         draft = load_model(args.speculative_draft_model_path)
+    memory.check_supported(host, model, draft, args)
     return host, model, draft, args
 
 
