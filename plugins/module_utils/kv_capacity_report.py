@@ -63,9 +63,11 @@ def _idle_headroom(f, p, a, mm, sizes_at, observed, free_after_start_gib, safety
         issues.append("the idle headroom gives mem_fraction_static %.4f (f %r + (%.2f - %.2f) / %.2f), outside (0, 1)"
                       % (fh, f, m, safety, p))
         return out
+    sizes = sizes_at(fh)
     out["headroom_mem_fraction"] = fh
-    out["headroom_kv_budget_gib"] = round(a - p * (1 - fh) - mm, 4)
-    out["headroom_tokens"] = sizes_at(fh)["max_total_num_tokens"]
+    # the KV pool's part: a hybrid model's state pool takes its share first
+    out["headroom_kv_budget_gib"] = round(a - p * (1 - fh) - mm - sizes.get("mamba_state_gib", 0.0), 4)
+    out["headroom_tokens"] = sizes["max_total_num_tokens"]
     return out
 
 
