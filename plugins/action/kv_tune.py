@@ -17,7 +17,7 @@ import uuid
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode, kv_tune
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode, kv_search, kv_tune
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import InvalidInput
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout, NodeChannel
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
@@ -466,6 +466,13 @@ class ActionModule(ActionBase):
         running_value = info["mem_fraction_static"]
         if running_value is None:
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
+        if running_value is None and start is None and settings["start"] is None:
+            # Neither the command line nor the log says what the server runs: SGLang's own default, inferred.
+            start = kv_tune.safe_start(boot, info["fingerprint"], model, settings)
+            display.display("%s: %s runs SGLang's default --mem-fraction-static, which neither its command line nor "
+                            "its startup log states: starting from %s, inferred for these GPUs and SGLang %s"
+                            % (self.host, unit, kv_search.value_text(start, settings["resolution"]),
+                               info.get("sglang_version") or "(newest)"))
         verify = None if safe is not None else self._class_value(settings)
         tuner = kv_tune.Tuner(self.host, settings, why, running_value, boot, info["fingerprint"],
                               info["fingerprint_hash"], lower_bound=kv_tune.lower_bound(boot, model, settings["min_tokens"]),

@@ -6,7 +6,8 @@ DeltaNet + 8 full-attention layers) on SGLang 0.5.17, deployed by site.yml with 
 
 tune_kv.yml pins it within one grid step of the simulator's oracle (whose arithmetic carves the Mamba state pool out
 of the budget before the KV pool, as SGLang does), the capacity report shows the state pool, and a re-run changes
-nothing. Then the fault: another process allocates 30 GB on the GPU while each start loads its weights (the
+nothing. With neither the command line nor the log stating the value (a reset pin, a rotated journal) the
+search starts from SGLang's default, inferred. Then the fault: another process allocates 30 GB on the GPU while each start loads its weights (the
 simulator's faults.load_contention_mib), so every start's log reports weights far above the checkpoint: the tuner
 starts such a trial again, then stops on the last-known-good value and pins nothing from it.
 """
@@ -71,6 +72,20 @@ def test_the_capacity_report_shows_the_state_pool_and_a_rerun_changes_nothing(ho
     again = tune(host, tmp_path)
     assert again.status == "successful", again.stdout[-8000:]
     assert not again.stats["changed"] and invocation(HOST) == started
+
+
+def test_without_a_value_anywhere_the_search_starts_from_sglangs_default(host, tmp_path):
+    reset = tune(host, tmp_path, kv_tune_reset=True)
+    assert reset.status == "successful", reset.stdout[-8000:]
+    assert running_fraction(HOST) is None  # the base unit has no --mem-fraction-static: SGLang's default
+    # the start's log is gone (rotated away), so nothing states the value the server runs
+    ssh(HOST, "journalctl --rotate && sleep 2 && journalctl --vacuum-time=1s")
+    run = tune(host, tmp_path)
+    assert run.status == "successful", run.stdout[-8000:]
+    assert "runs SGLang's default --mem-fraction-static, which neither its command line nor its startup log" \
+        in run.stdout
+    truth, pinned = oracle_max(HOST), fact(HOST)["mem_fraction_static"]
+    assert truth - RESOLUTION - 1e-9 <= pinned <= truth + 1e-9, (pinned, truth, report(tmp_path, HOST)["trials"])
 
 
 def test_untrusted_starts_are_measured_again_and_never_pinned(host, tmp_path):

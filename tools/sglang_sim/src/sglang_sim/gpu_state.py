@@ -8,7 +8,10 @@ whenever its memory changes (at most ten times a second) and removes it on exit,
 (``sglang@a`` on GPUs 0-3, ``sglang@b`` on 4-7) each have theirs. Readers ignore a file whose process is gone, so a
 server killed with SIGKILL leaves the GPUs free, as a dead process does on a real GPU.
 
-File: ``{"pid": 1234, "gpus": {"0": {"used_bytes": 123, "process_name": "sglang::scheduler_TP0"}, ...}}``.
+File: ``{"pid": 1234, "gpus": {"0": {"used_bytes": 123, "process_name": "sglang::scheduler_TP0"}, ...}}``, plus,
+while the faults.load_contention_mib neighbour holds memory on the server's GPUs (weight load to KV pool),
+``"neighbours": {"0": {"used_bytes": 456, "process_name": "/usr/bin/python3", "pid": 91000}}``: another process,
+listed under its own pid (NEIGHBOUR_PID + GPU index), that goes when the server's file goes.
 """
 from __future__ import annotations
 
@@ -17,6 +20,9 @@ import json
 import os
 import threading
 import time
+
+NEIGHBOUR_PID = 91000
+NEIGHBOUR_NAME = "/usr/bin/python3"
 
 
 def pid_alive(pid: int) -> bool:
@@ -39,28 +45,36 @@ def file_of(directory: str, pid: int) -> str:
     return os.path.join(directory, "gpus-%d.json" % pid)
 
 
-def _read_one(path: str) -> dict:
-    """``{gpu index: {"used_bytes", "process_name", "pid"}}`` of one live server, or {} (unreadable, dead pid)."""
+def _read_one(path: str) -> tuple:
+    """(pid, [(gpu index, {"used_bytes", "process_name", "pid"[, "neighbour"]}), ...]) of one live server: its
+    own memory, then its load_contention neighbour's (``"neighbour": True``); (None, []) when the file is unreadable
+    or its process is gone."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
         pid = int(data["pid"])
-        gpus = data["gpus"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        entries = [(int(index), dict(entry, pid=pid)) for index, entry in data["gpus"].items()]
+        for index, entry in (data.get("neighbours") or {}).items():
+            entries.append((int(index), dict(entry, pid=int(entry.get("pid", NEIGHBOUR_PID + int(index))),
+                                             neighbour=True)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, []
     if not pid_alive(pid):
-        return {}
-    return {int(index): dict(entry, pid=pid) for index, entry in gpus.items()}
+        return None, []
+    return pid, entries
 
 
 def read_state(directory: str, exclude_pid: int | None = None) -> dict:
-    """``{gpu index: [{"used_bytes", "process_name", "pid"}, ...]}``: every live server's memory per GPU, by pid
+    """``{gpu index: [{"used_bytes", "process_name", "pid"}, ...]}``: every live server's memory per GPU, by pid,
+    and that of a server's load_contention neighbour (``"neighbour": True``, its own pid) while it holds some
     (``exclude_pid``'s own file left out)."""
     found = {}
     for path in sorted(glob.glob(os.path.join(directory, "gpus-*.json"))):
-        for index, entry in _read_one(path).items():
-            if entry["pid"] != exclude_pid:
-                found.setdefault(index, []).append(entry)
+        pid, entries = _read_one(path)
+        if pid is None or pid == exclude_pid:
+            continue
+        for index, entry in entries:
+            found.setdefault(index, []).append(entry)
     return found
 
 
@@ -71,6 +85,7 @@ class StateWriter:
         self.path = file_of(directory, os.getpid())
         self.names = names          # gpu index -> process name (setproctitle of the scheduler)
         self.used = {}              # gpu index -> bytes
+        self.neighbours = {}        # gpu index -> bytes of the load_contention neighbour
         self.lock = threading.Lock()
         self.write_lock = threading.Lock()   # a flush and the final removal never interleave
         self.dirty = threading.Event()
@@ -85,6 +100,12 @@ class StateWriter:
             self.used = dict(used)
         self.dirty.set()
 
+    def set_neighbours(self, held: dict):
+        """The bytes the load_contention neighbour holds per GPU now ({}: it gave them back); written within 0.1 s."""
+        with self.lock:
+            self.neighbours = {index: size for index, size in held.items() if size > 0}
+        self.dirty.set()
+
     def _run(self):
         while not self.stopped:
             self.dirty.wait()
@@ -97,7 +118,11 @@ class StateWriter:
         with self.lock:
             gpus = {str(index): {"used_bytes": used, "process_name": self.names.get(index, "python3")}
                     for index, used in self.used.items()}
+            neighbours = {str(index): {"used_bytes": size, "process_name": NEIGHBOUR_NAME,
+                                       "pid": NEIGHBOUR_PID + index} for index, size in self.neighbours.items()}
         data = {"pid": os.getpid(), "updated": time.time(), "gpus": gpus}
+        if neighbours:
+            data["neighbours"] = neighbours
         temporary = "%s.%d.tmp" % (self.path, os.getpid())
         with self.write_lock:
             if self.stopped:

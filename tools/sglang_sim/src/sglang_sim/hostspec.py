@@ -8,9 +8,10 @@ The GPUs are a property of the host, not of the server process: the server and `
 unless the environment variable ``SGLANG_SIM_HOST`` names another one. See the package README for the schema.
 
 Memory of GPU ``i`` as nvidia-smi sees it: ``total = reserved + used + free`` (MiB). ``reserved`` is the driver's
-and firmware's; ``used`` is what processes hold: another process's ``gpu_occupied_mib`` fault, and the simulated
-server's CUDA context, NCCL buffers, a small per-GPU difference (``noise_mib``, deterministic per index),
-weights, KV pool, CUDA graphs and cached activations.
+and firmware's; ``used`` is what processes hold: another process's ``gpu_occupied_mib`` fault (and, while a server
+loads and sizes its pools, its ``load_contention_mib`` neighbour), and the simulated server's CUDA context, NCCL
+buffers, a small per-GPU difference (``noise_mib``, deterministic per index), weights, KV pool, CUDA graphs and
+cached activations.
 
 The SGLang version the host runs is that of the installed ``sglang`` distribution (the stand-in wheel, one per
 simulated SGLang version, that pip installs as on a real host): installing another version changes the server's KV
@@ -53,12 +54,14 @@ DEFAULT_MEMORY = {
 }
 
 DEFAULT_FAULTS = {"hang_at_startup": False, "crash_at_startup": False, "crash_after_requests": None, "slow_start_s": 0,
-                  "gpu_occupied_mib": {}, "from_mem_fraction_static": None, "for_sglang_versions": None,
-                  "argv0": None}
+                  "gpu_occupied_mib": {}, "load_contention_mib": {}, "from_mem_fraction_static": None,
+                  "for_sglang_versions": None, "argv0": None}
 # The faults of the server process; from_mem_fraction_static limits them to servers started at that value or above
 # (a value that hangs or crashes while lower ones work: what the tuner must back off from), for_sglang_versions to
 # servers of those SGLang versions (a release that does not start on this host: what a rollout must roll back).
-SERVER_FAULTS = ("hang_at_startup", "crash_at_startup", "crash_after_requests", "slow_start_s")
+# load_contention_mib: another process takes that many MiB on the named GPUs of the server while it loads its weights
+# and gives them back once the server has sized its pools (memory.Server._startup; the oracle ignores it).
+SERVER_FAULTS = ("hang_at_startup", "crash_at_startup", "crash_after_requests", "slow_start_s", "load_contention_mib")
 
 # PCI bus ids of a typical 8-GPU server (HGX board), in index order.
 _BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
@@ -156,13 +159,8 @@ class Host:
         if unknown:
             raise SimConfigError("%s: unknown faults %s (known: %s)" % (path, unknown, sorted(DEFAULT_FAULTS)))
         self.faults = dict(DEFAULT_FAULTS, **faults)
-        self.occupied_mib = {}
-        for index, mib in (self.faults.get("gpu_occupied_mib") or {}).items():
-            if not str(index).isdigit() or int(index) >= self.gpu_count:
-                raise SimConfigError("%s: faults.gpu_occupied_mib names GPU %r, the host has GPUs 0-%d"
-                                     % (path, index, self.gpu_count - 1))
-            self.occupied_mib[int(index)] = _number({"mib": mib}, "mib", path + " faults.gpu_occupied_mib", 0,
-                                                    integer=True)
+        self.occupied_mib = _per_gpu_mib(self.faults, "gpu_occupied_mib", path, self.gpu_count)
+        self.contention_mib = _per_gpu_mib(self.faults, "load_contention_mib", path, self.gpu_count)
         self.default_launch_args = list(data.get("default_launch_args") or [])
         self.pci = _pci_section(data.get("pci"), path)
 
@@ -198,6 +196,13 @@ class Host:
             return dict(self.faults, **{key: DEFAULT_FAULTS[key] for key in SERVER_FAULTS})
         return dict(self.faults)
 
+    def load_contention(self, mem_fraction_static) -> dict:
+        """GPU index -> MiB the load_contention_mib neighbour takes while a server started at ``mem_fraction_static``
+        loads its weights ({} where the fault's gates leave that server alone)."""
+        if not self.server_faults(mem_fraction_static).get("load_contention_mib"):
+            return {}
+        return {index: mib for index, mib in self.contention_mib.items() if mib}
+
     def noise_of(self, index: int) -> int:
         """MiB this GPU's CUDA context takes beyond the others: 0..noise_mib, fixed per host name and index."""
         if not self.noise_mib:
@@ -224,6 +229,22 @@ class Host:
     def seconds(self, realistic: float, fast: float) -> float:
         """How long a startup phase or a batch takes on this host's time scale."""
         return realistic if self.time_scale == "realistic" else fast
+
+
+def _per_gpu_mib(faults: dict, key: str, path: str, gpu_count: int) -> dict:
+    """A ``{"<GPU index>": MiB}`` fault, checked: an object, indexes of this host's GPUs, non-negative integer
+    MiB. Returns {index: MiB}."""
+    value = faults.get(key) or {}
+    if not isinstance(value, dict):
+        raise SimConfigError("%s: faults.%s must be an object of GPU index -> MiB such as {\"0\": 8192}, got %r"
+                             % (path, key, value))
+    found = {}
+    for index, mib in value.items():
+        if not str(index).isdigit() or int(index) >= gpu_count:
+            raise SimConfigError("%s: faults.%s names GPU %r, the host has GPUs 0-%d"
+                                 % (path, key, index, gpu_count - 1))
+        found[int(index)] = _number({key: mib}, key, "%s faults (GPU %s)" % (path, index), 0, integer=True)
+    return found
 
 
 def _pci_section(pci, path: str) -> dict:

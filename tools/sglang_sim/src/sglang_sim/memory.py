@@ -35,6 +35,12 @@ and step 3 first takes the Mamba state pool out of the budget (:meth:`Server._ma
 pool's K + 1 slots are allocated right after req_to_token (HybridReqToTokenPool's MambaPool), before the KV pool, and
 the request slots are capped at K // ratio (3, plus the extra-buffer slots where SGLang adds them).
 
+A transient neighbour (host.json faults.load_contention_mib, the server only: ``plan(..., contention=True)``; the
+oracle's plan is a clean host's): another process takes its MiB on a rank's GPU as the weights start to load (all or
+nothing: when they are not free it gets none) and frees them right after the KV pool. SGLang's "mem usage" of the
+weights is free-before minus free-after, so it counts them; A, and so the pool(s), are smaller by them; the headroom
+after the pools is larger by them. Steps ``neighbour`` / ``neighbour_gone`` record it (not the server's memory).
+
 Multi-node (``--nnodes N``): the plan is the whole server's, every node's ranks on their own host (``hosts``); P and
 A are the MIN over all ranks of all nodes, so every node sizes the same pool. Each node computes the same plan from
 the hosts exchanged at the rendezvous (multinode.py) and walks and logs only its own ranks.
@@ -48,6 +54,9 @@ from sglang_sim.model import STATE_DTYPE_BYTES
 
 ERA_CLASSIC, ERA_MIXIN, ERA_CURRENT = "classic", "mixin", "current"
 SPEC_WITH_DRAFT = ("EAGLE", "EAGLE3", "STANDALONE")
+# Steps of another process (faults.load_contention_mib) in a rank's steps: it takes its memory, it gives it back.
+NEIGHBOUR_STEP, NEIGHBOUR_GONE_STEP = "neighbour", "neighbour_gone"
+NEIGHBOUR_STEPS = (NEIGHBOUR_STEP, NEIGHBOUR_GONE_STEP)
 
 # --kv-cache-dtype -> (torch dtype SGLang logs, bytes per element)
 _KV_DTYPES = {
@@ -155,6 +164,7 @@ class Rank:
         self.free = 0          # bytes free on the GPU now (as torch.cuda.mem_get_info reports it)
         self.used = 0          # bytes the server holds on this GPU
         self.steps = []        # (step name, bytes allocated, free before, free after)
+        self.neighbour = 0     # bytes another process (faults.load_contention_mib) holds on the GPU now
 
     def allocate(self, step: str, size: int, capacity: int):
         """Take ``size`` bytes or raise StartupFailure('oom') when they do not fit."""
@@ -164,6 +174,13 @@ class Rank:
         before = self.free
         self.free -= size
         self.used += size
+        self.steps.append((step, size, before, self.free))
+
+    def contend(self, step: str, size: int):
+        """Another process takes ``size`` bytes on this GPU (negative: gives them back); not the server's memory."""
+        before = self.free
+        self.free -= size
+        self.neighbour += size
         self.steps.append((step, size, before, self.free))
 
 
@@ -277,8 +294,9 @@ class Server:
     ranks' ``steps`` stop where SGLang stops.
     """
 
-    def __init__(self, host, model, draft, args, hosts=None):
+    def __init__(self, host, model, draft, args, hosts=None, contention=False):
         self.host = host
+        self.contention = bool(contention)   # apply faults.load_contention_mib (the server; never the oracle)
         # One host per node, in --node-rank order: a rank's free memory, CUDA context and NCCL buffers are its
         # node's (hosts[rank.node]); P and A are the MIN over the ranks of every node, as SGLang's all-reduce
         # (get_available_gpu_memory(distributed=True)) makes them. One node: [host].
@@ -569,6 +587,11 @@ class Server:
                     rank = unbalanced[0]
                     raise StartupFailure("unbalanced", "init", rank.number, {"min": replica.p, "local": rank.free},
                                          [each.number for each in unbalanced])
+        if self.contention:
+            for rank in self.ranks:
+                taken = self.host_of(rank).load_contention(self.args.mem_fraction_static).get(rank.gpu, 0) * MIB
+                if taken and taken <= rank.free:
+                    rank.contend(NEIGHBOUR_STEP, taken)
         self._each("weights", lambda replica: self.weight_bytes)
         if self.draft is not None and self.era == ERA_CURRENT:
             self._each("draft_weights", lambda replica: self.draft_weight_bytes)
@@ -579,6 +602,9 @@ class Server:
         if self.hybrid:
             self._each("mamba", self.mamba_bytes)
         self._each("kv", self.kv_bytes)
+        for rank in self.ranks:
+            if rank.neighbour:
+                rank.contend(NEIGHBOUR_GONE_STEP, -rank.neighbour)
         self._each("workspace", lambda replica: self.workspace_bytes)
         self._each("graph", self.graph_bytes, "capture_oom")
         if self.draft is not None and self.era != ERA_CURRENT:
@@ -628,9 +654,10 @@ class Server:
         return self.failure is None and self.stress_headroom() >= safety_bytes
 
 
-def plan(host, model, draft, args, hosts=None) -> Server:
+def plan(host, model, draft, args, hosts=None, contention=False) -> Server:
     """The memory picture of ``args`` (resolved server args) on ``host``: startup walked, headroom known.
-    ``hosts``: with --nnodes > 1, every node's host in --node-rank order (the plan is the whole server's)."""
-    server = Server(host, model, draft, args, hosts)
+    ``hosts``: with --nnodes > 1, every node's host in --node-rank order (the plan is the whole server's).
+    ``contention``: apply the hosts' faults.load_contention_mib (the server does; the oracle does not)."""
+    server = Server(host, model, draft, args, hosts, contention)
     server.run_startup()
     return server

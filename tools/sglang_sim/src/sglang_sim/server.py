@@ -49,7 +49,8 @@ class Process:
         # Several nodes: until the rendezvous tells the others' hosts, every node is taken to be this one (only this
         # node's ranks and their CUDA context count before that); the plan is made again with the real hosts.
         self.link = multinode.Link(args, host) if multinode.enabled(args) else None
-        self.plan = memory.plan(host, model, draft, args, [host] * args.nnodes if self.link else None)
+        self.plan = memory.plan(host, model, draft, args, [host] * args.nnodes if self.link else None,
+                                contention=True)
         self.status = "Starting"
         self.schedulers = []
         self.dying = threading.Lock()
@@ -72,7 +73,8 @@ class Process:
         for rank in self.plan.local_ranks:
             used = 0
             for name, size, _before, _after in rank.steps:
-                used += size
+                if name not in memory.NEIGHBOUR_STEPS:     # another process's (faults.load_contention_mib)
+                    used += size
                 if name == through:
                     break
             self.used[rank.gpu] = used
@@ -84,6 +86,17 @@ class Process:
             for rank in self.plan.local_ranks:
                 extra[rank.gpu] = max(extra.get(rank.gpu, 0), self.remote_activations)
         self.state.set({gpu: used + extra.get(gpu, 0) for gpu, used in self.used.items()})
+
+    def neighbours(self, held: bool):
+        """faults.load_contention_mib: the other process takes its memory on this node's GPUs (``held``) as the
+        weights start to load, or gives it back once the pools are sized; nvidia-smi shows it meanwhile."""
+        taken = {}
+        if held:
+            for rank in self.plan.local_ranks:
+                step = self.step(rank, memory.NEIGHBOUR_STEP)
+                if step is not None:
+                    taken[rank.gpu] = step[0]
+        self.state.set_neighbours(taken)
 
     def others_growth(self, gpu: int) -> int:
         """Bytes the other servers on GPU ``gpu`` hold now beyond what they held when this one started."""
@@ -247,7 +260,7 @@ class Process:
             self.rendezvous_failed(exc)
         except (SimConfigError, KeyError, TypeError) as exc:
             self.rendezvous_failed(multinode.RendezvousError("rejected", {"error": "bad host from a node: %s" % exc}))
-        self.plan = memory.plan(self.host, self.model, self.draft, self.args, hosts)
+        self.plan = memory.plan(self.host, self.model, self.draft, self.args, hosts, contention=True)
 
     def rendezvous_failed(self, exc):
         """What torch raises in init_process_group when the nodes do not meet; then SGLang's death."""
@@ -372,14 +385,16 @@ class Process:
                                "RuntimeError: CUDA error: an illegal memory access was encountered")
             self.fatal()
         load_started = time.time()
+        self.neighbours(True)
         self.sleep(model.total_size / (host.weight_load_gb_per_s * 1e9), 0.3)
         time.sleep(float(self.faults.get("slow_start_s") or 0))
         self.check(failure, "weights")
         dtype = "torch." + model.dtype
         self.publish("weights")
+        # SGLang's mem usage is free before the load minus free after it: a neighbour's memory counts too.
         self.each(lambda rank: [logs.load_end(fmt, time.time() - load_started, model.architecture, dtype,
                                               model.quant_log_str(), _gib(self.step(rank, "weights")[2]),
-                                              _gib(self.step(rank, "weights")[0]))])
+                                              _gib(self.step(rank, "init")[2] - self.step(rank, "weights")[2]))])
         if self.draft is not None and plan.era == memory.ERA_CURRENT:
             self.load_draft(failure)
         self.check(failure, "profile")
@@ -444,6 +459,7 @@ class Process:
             self.each(lambda rank, sizes=sizes, replica=replica: [
                 logs.kv_line(fmt, plan.kv_dtype_name, replica.tokens, sizes),
                 logs.pool_end(_gib(self.step(rank, "kv")[2]))], replica.ranks)
+        self.neighbours(False)
         self.check(failure, "workspace")
         if plan.hybrid and plan.release >= (0, 5, 3):
             self.each(lambda rank: [logs.HYBRID_BACKEND_LINE])

@@ -9,7 +9,8 @@ not a valid field to query.`` and exits 2), ``--query-compute-apps=...``, ``-L``
 (tests/fixtures/nvidia_smi/table_h200_580_device.txt is a real one).
 
 Per GPU: ``used`` = the simulated servers' memory on it (their state files, if their processes live) plus another
-process's ``gpu_occupied_mib`` fault, listed as its own compute process (pid 90000 + index);
+process's ``gpu_occupied_mib`` fault, listed as its own compute process (pid 90000 + index), plus, while a server
+loads its weights and sizes its pools, the ``load_contention_mib`` neighbour it publishes (pid 91000 + index);
 ``free = total - reserved - used``.
 """
 from __future__ import annotations
@@ -29,7 +30,8 @@ class Gpu:
     def __init__(self, host, index: int, servers: list):
         self.host = host
         self.index = index
-        self.servers = servers                     # [{"used_bytes", "process_name", "pid"}, ...] of live servers
+        # [{"used_bytes", "process_name", "pid"}, ...] of live servers and their load_contention neighbours
+        self.servers = servers
         server_mib = sum(int(round(server.get("used_bytes", 0) / MIB)) for server in servers)
         self.other_mib = host.occupied_mib.get(index, 0)
         self.total = host.memory_total_mib
@@ -37,7 +39,7 @@ class Gpu:
         self.used = min(server_mib + self.other_mib, self.total - self.reserved)
         self.free = self.total - self.reserved - self.used
         self.server_mib = server_mib
-        self.busy = server_mib > 0
+        self.busy = any(server.get("used_bytes", 0) > 0 and not server.get("neighbour") for server in servers)
 
     def processes(self) -> list:
         """(pid, name, MiB) of the compute processes on this GPU."""
