@@ -587,10 +587,9 @@ def main():
                                                                 params["gpu_memory_total_mib"])
             inputs["mem_fraction_static_source"] = "inferred_default"
             warnings.append(why)
-        if params["startup_facts"] and inputs.pop("memory_from_log"):
+        # P and A given as options are the caller's own numbers; from the log, they are checked first.
+        if inputs.pop("memory_from_log") and params["startup_facts"]:
             untrusted = findings(params["startup_facts"], checkpoint_size(params))
-        else:
-            inputs.pop("memory_from_log")
         result = capacity(
             shape, inputs["mem_fraction_static"], inputs["pre_load_free_gib"], inputs["post_load_free_gib"],
             tp_size=inputs["tp_size"], dp_size=inputs["dp_size"], enable_dp_attention=bool(inputs["enable_dp_attention"]),

@@ -235,3 +235,7 @@ def test_untrusted_boot_gives_a_warning_and_no_token_figure(ansible, tmp_path):
     given = ansible.module("kv_capacity", {"model_config": str(model_dir), "mem_fraction_static": 0.841,
                                            "pre_load_free_gib": 77.83, "post_load_free_gib": 17.93})
     assert given["untrusted"] == [] and given["max_total_num_tokens"] is not None
+    mixed = ansible.module("kv_capacity", {"model_config": str(model_dir), "startup_facts": facts,
+                                           "pre_load_free_gib": 77.83, "post_load_free_gib": 17.93})
+    assert not mixed.get("failed"), mixed.get("msg")
+    assert mixed["untrusted"] == [] and mixed["max_total_num_tokens"] == 20480  # the log's --max-total-tokens caps it

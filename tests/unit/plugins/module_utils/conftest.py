@@ -34,3 +34,8 @@ def llama8b():
 @pytest.fixture(scope="module")
 def llama70b():
     return config("llama-3.1-70b.json")
+
+
+@pytest.fixture(scope="module")
+def qwen35():
+    return config("qwen3.5-9b.json")

@@ -10,8 +10,6 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import GIB
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_state import state_bytes_per_request, state_slots
 
-from conftest import config
-
 PER = 25755648  # Qwen3.5-9B at TP2 (test_real_log_predictions checks it against a real boot)
 REST = 9.4940    # GiB: A - P * (1 - f) of that boot
 
@@ -67,8 +65,8 @@ def test_mamba2_models(cfg, tp, kind, layers, full, per_request):
     assert state_bytes_per_request(shape.linear_state, tp, "0.5.17") == per_request
 
 
-def test_ssm_dtype_from_the_config_from_0_5_9_and_the_flag_first():
-    text = dict(config("qwen3.5-9b.json")["text_config"], mamba_ssm_dtype="bfloat16")
+def test_ssm_dtype_from_the_config_from_0_5_9_and_the_flag_first(qwen35):
+    text = dict(qwen35["text_config"], mamba_ssm_dtype="bfloat16")
     state = model_shape({"architectures": ["Qwen3_5ForCausalLM"], "text_config": text}).linear_state
     fp32 = state_bytes_per_request(state, 2, "0.5.8")
     bf16 = state_bytes_per_request(state, 2, "0.5.9")
@@ -76,7 +74,7 @@ def test_ssm_dtype_from_the_config_from_0_5_9_and_the_flag_first():
     assert state_bytes_per_request(state, 2, "0.5.9", mamba_ssm_dtype="float32") == fp32
 
 
-def test_heads_that_tp_does_not_divide_are_refused():
-    state = model_shape(config("qwen3.5-9b.json")).linear_state
+def test_heads_that_tp_does_not_divide_are_refused(qwen35):
+    state = model_shape(qwen35).linear_state
     with pytest.raises(KvModelError, match="not divisible by the attention TP size 3"):
         state_bytes_per_request(state, 3, "0.5.17")
