@@ -1,22 +1,41 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Measured numbers of the simulated-host tests (restarts, wall time), printed at the end of the run."""
+"""Measured numbers of the simulated-host tests (restarts, wall time), printed at the end of the run.
+
+`make simhosts` runs the files on two pytest-xdist workers (one file per worker at a time): the lines go to a file
+beside the repository's .tmp that the controlling process prints."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
-_LINES: list[str] = []
+_FILE = Path(__file__).resolve().parents[2] / ".tmp" / "simhosts-measured.txt"
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    if not _is_worker(session.config):
+        _FILE.parent.mkdir(parents=True, exist_ok=True)
+        _FILE.write_text("")
 
 
 @pytest.fixture
 def measured():
     """Call it with a line: it appears under "measured on simulated hosts" at the end of the run."""
-    return _LINES.append
+    def add(line: str) -> None:
+        with _FILE.open("a") as handle:
+            handle.write(line.replace("\n", " ") + "\n")
+    return add
 
 
 def pytest_terminal_summary(terminalreporter):
-    if _LINES:
+    lines = _FILE.read_text().splitlines() if _FILE.exists() else []
+    if lines:
         terminalreporter.section("measured on simulated hosts")
-        for line in _LINES:
+        for line in lines:
             terminalreporter.write_line(line)
