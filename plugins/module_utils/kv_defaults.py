@@ -112,3 +112,15 @@ def default_mem_fraction_static(gpu_memory_mib, tp_size=1, *, pp_size=1, dp_size
             ratio = layers * hidden ** 2 / (24 * 1024 ** 2)
             f = f * 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
     return f
+
+
+def default_for_server_args(gpu_memory_mib, args, *, shape=None, sglang_version=None):
+    """default_mem_fraction_static for a server's arguments, a dict with SGLang's field names (absent ones take
+    SGLang's defaults): the one mapping of server args to that function's inputs."""
+    return default_mem_fraction_static(
+        gpu_memory_mib, args.get("tp_size") or 1, pp_size=args.get("pp_size") or 1, dp_size=args.get("dp_size") or 1,
+        enable_dp_attention=bool(args.get("enable_dp_attention")), chunked_prefill_size=args.get("chunked_prefill_size"),
+        max_prefill_tokens=args.get("max_prefill_tokens") or 16384, cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
+        cuda_graph_bs=args.get("cuda_graph_bs"), speculative_algorithm=args.get("speculative_algorithm"),
+        max_running_requests=args.get("max_running_requests"), max_total_tokens=args.get("max_total_tokens"),
+        shape=shape, sglang_version=sglang_version)

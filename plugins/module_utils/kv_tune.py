@@ -412,14 +412,8 @@ def safe_start(boot, fingerprint, model, settings):
     args = (fingerprint or {}).get("server_args") or {}
     gpu = (fingerprint or {}).get("gpu") or {}
     try:
-        start = kv_defaults.default_mem_fraction_static(
-            gpu.get("memory_total_mib"), args.get("tp_size") or 1, pp_size=args.get("pp_size") or 1,
-            dp_size=args.get("dp_size") or 1, enable_dp_attention=bool(args.get("enable_dp_attention")),
-            chunked_prefill_size=args.get("chunked_prefill_size"),
-            max_prefill_tokens=args.get("max_prefill_tokens") or 16384, cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
-            cuda_graph_bs=args.get("cuda_graph_bs"), speculative_algorithm=args.get("speculative_algorithm"),
-            max_running_requests=args.get("max_running_requests"), max_total_tokens=args.get("max_total_tokens"),
-            sglang_version=((fingerprint or {}).get("versions") or {}).get("sglang"))
+        start = kv_defaults.default_for_server_args(
+            gpu.get("memory_total_mib"), args, sglang_version=((fingerprint or {}).get("versions") or {}).get("sglang"))
     except kv_base.KvModelError as exc:
         raise TuneError("no safe value to start from: %s" % exc) from None
     res = settings["resolution"]

@@ -425,7 +425,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import 
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import parse_number
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import default_mem_fraction_static
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import default_for_server_args
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
 from ansible_collections.llmserve.sglang.plugins.module_utils.model_config import load_checkpoint_size, load_model_config
 from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import (
@@ -553,13 +553,11 @@ def infer_fraction(inputs, shape, facts, gpu_memory_total_mib):
     if not gpu:
         gpu = int(inputs["pre_load_free_gib"] * 1024)
         basis = "the free memory before the weights load (%.2f GiB) taken as the GPU's size" % inputs["pre_load_free_gib"]
-    f = default_mem_fraction_static(
-        gpu, inputs["tp_size"], pp_size=args.get("pp_size") or 1, dp_size=inputs["dp_size"],
-        enable_dp_attention=bool(inputs["enable_dp_attention"]), chunked_prefill_size=args.get("chunked_prefill_size"),
-        max_prefill_tokens=args.get("max_prefill_tokens") or 16384, cuda_graph_max_bs=args.get("cuda_graph_max_bs"),
-        cuda_graph_bs=args.get("cuda_graph_bs"), speculative_algorithm=inputs["speculative_algorithm"],
-        max_running_requests=inputs["max_running_requests"], max_total_tokens=inputs["max_total_tokens"],
-        shape=shape, sglang_version=inputs["sglang_version"])
+    # the merged inputs win over the log's server_args, as everywhere else in this module
+    merged = dict(args, **{name: inputs[name] for name in (
+        "tp_size", "dp_size", "enable_dp_attention", "speculative_algorithm", "max_running_requests",
+        "max_total_tokens")})
+    f = default_for_server_args(gpu, merged, shape=shape, sglang_version=inputs["sglang_version"])
     return f, ("mem_fraction_static is neither an option nor in the startup log: inferred SGLang's default %s for SGLang "
                "%s from %s; give mem_fraction_static if the server was started with another value"
                % (f, inputs["sglang_version"] or "(newest)", basis))

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import default_mem_fraction_static
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import (
+    default_for_server_args,
+    default_mem_fraction_static,
+)
 
 
 @pytest.mark.parametrize("gpu_mib,tp,eagle,expected", [   # reference/sglang-memory.md section 2 (classic)
@@ -32,3 +35,11 @@ def test_default_mem_fraction_other_rules(llama8b, kimi):
     # VLM factor 0.95 * clamp(...): Kimi's vision_config has vt_* keys, so 24 layers x 1024 -> ratio 1
     assert default_mem_fraction_static(143771, 8, speculative_algorithm="EAGLE3", shape=kimi,
                                        sglang_version="0.5.9") == pytest.approx(0.882 * 0.95)
+
+
+def test_default_for_server_args_maps_the_field_names():
+    args = {"tp_size": 8, "dp_size": 2, "enable_dp_attention": True, "chunked_prefill_size": 4096,
+            "cuda_graph_max_bs": 128, "max_running_requests": 256}
+    assert default_for_server_args(97887, args, sglang_version="0.5.9") == \
+        default_mem_fraction_static(97887, 8, dp_size=2, enable_dp_attention=True, chunked_prefill_size=4096,
+                                    cuda_graph_max_bs=128, max_running_requests=256, sglang_version="0.5.9")
