@@ -13,7 +13,8 @@ import os
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import expand_units, restarts_line, summary_rows
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import restarts_line, summary_rows
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import expand_units
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
     pending_hosts,
     registered_outcomes,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import class_plan_units
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_classes import class_plan_units
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import registered_outcomes
 
 

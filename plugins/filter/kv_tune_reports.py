@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import report_items
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import report_items
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 

@@ -245,7 +245,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_properties)
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import retune_reason
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import retune_reason
 
 _UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart", "User",
                     "ControlGroup", "Environment"]

@@ -68,3 +68,39 @@ class NodeChannel:
             if check is not None:
                 check()
             time.sleep(interval)
+
+
+class NodeLink:
+    """One node's side of a server's search: performs the ``{"nodes": kind}`` steps of module_utils/kv_tune_run.py.
+
+    Node 0: ``join`` (wait for the others' hellos; answers them as a list), ``tell`` (post the next step, numbered
+    here; answers its number), ``answers`` (wait for every other node's answer to a step; a list). The others:
+    ``hello`` (post what this node's pin says), ``next`` (wait for step ``n``; answers it), ``answer`` (post this
+    node's answer to step ``n``). ``check()`` runs between looks (it raises when ansible-playbook is gone)."""
+
+    def __init__(self, channel, rank, check=None):
+        self.channel, self.rank, self.check = channel, rank, check
+        self.steps = 0          # node 0: the number of the next step
+        self.released = False
+
+    def perform(self, step):
+        kind = step["nodes"]
+        if kind == "tell":
+            number, self.steps = self.steps, self.steps + 1
+            self.channel.post("step-%d" % number, dict(step["message"], n=number))
+            return number
+        if kind == "hello":
+            return self.channel.post("hello-%d" % self.rank, step["message"])
+        if kind == "answer":
+            return self.channel.post("ack-%d-%d" % (step["n"], self.rank), step["message"])
+        names = {"join": ["hello-%d" % rank for rank in step.get("ranks", ())],
+                 "answers": ["ack-%s-%d" % (step.get("n"), rank) for rank in step.get("ranks", ())],
+                 "next": ["step-%s" % step.get("n")]}[kind]
+        found = self.channel.wait(names, step["timeout"], step["what"], check=self.check)
+        return found[names[0]] if kind == "next" else [found[name] for name in names]
+
+    def release(self, message):
+        """Node 0, once, whatever happened: the last step, which tells the others to stop following."""
+        if not self.released:
+            self.released = True
+            self.channel.post("step-%d" % self.steps, dict(message, n=self.steps))

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_tune
+from ansible_collections.llmserve.sglang.plugins.module_utils import (
+    kv_search, kv_tune, kv_tune_classes, kv_tune_lines, kv_tune_model, kv_tune_settings, kv_tune_start, kv_tune_trial, kv_tune_units)
 
 CASES = yaml.safe_load((Path(__file__).parent / "test_kv_tune.yaml").read_text())
 DEFAULT_SETTINGS = {"unit": "sglang.service", "start": None, "cap": 0.98, "resolution": 0.005, "safety_gib": 1.0,
@@ -25,11 +26,13 @@ BOOT = {"pre_load_free_gib": 94.04, "post_load_free_gib": 21.71, "max_total_num_
 
 
 def make_tuner(spec):
-    settings = kv_tune.check_settings(dict(DEFAULT_SETTINGS, **spec.get("settings", {})))
+    settings = kv_tune_settings.check_settings(dict(DEFAULT_SETTINGS, **spec.get("settings", {})))
     boot = spec.get("boot", dict(BOOT, server_args={"mem_fraction_static": spec["running_value"]}))
+    start, _source = kv_tune_start.first_value("h1", settings, spec["running_value"], spec.get("verify"),
+                                               safe=spec.get("start"))
     return kv_tune.Tuner("h1", settings, spec.get("reason", "never tuned"), spec["running_value"], boot, FP, "H",
-                         lower_bound=spec.get("lower_bound"), invocation_id=spec.get("invocation_id", "I0"),
-                         start=spec.get("start"), verify=spec.get("verify"))
+                         start, lower_bound=spec.get("lower_bound"), invocation_id=spec.get("invocation_id", "I0"),
+                         verify=spec.get("verify"))
 
 
 def observation(raw, step):
@@ -75,7 +78,7 @@ def test_tuner_case(case):
         else:
             assert result[key] == value, (key, result)
     if "line" in case:
-        assert kv_tune.result_line(result) == case["line"]
+        assert kv_tune_lines.result_line(result) == case["line"]
     if "msg" in case:
         assert case["msg"] in step["msg"], step
 
@@ -102,21 +105,21 @@ def test_every_case_ends_or_stops_where_it_says():
     ({"cap": "lots"}, "kv_tune_cap must be a number"),
 ])
 def test_bad_settings(changes, message):
-    with pytest.raises(kv_tune.TuneError) as error:
-        kv_tune.check_settings(dict(DEFAULT_SETTINGS, **changes))
+    with pytest.raises(kv_tune_settings.TuneError) as error:
+        kv_tune_settings.check_settings(dict(DEFAULT_SETTINGS, **changes))
     assert message in str(error.value)
     assert str(error.value).startswith("Invalid input for llmserve.sglang.kv_tune: ")
 
 
 def test_settings_from_text():
-    settings = kv_tune.check_settings(dict(DEFAULT_SETTINGS, start="0.9", budget="4", resolution="0.0005"))
+    settings = kv_tune_settings.check_settings(dict(DEFAULT_SETTINGS, start="0.9", budget="4", resolution="0.0005"))
     assert (settings["start"], settings["budget"], settings["resolution"]) == (0.9, 4, 0.0005)
 
 
 def test_a_start_without_a_value_or_above_the_cap_is_refused():
-    with pytest.raises(kv_tune.TuneError, match="has no --mem-fraction-static"):
+    with pytest.raises(kv_tune_settings.TuneError, match="has no --mem-fraction-static"):
         make_tuner({"running_value": None, "boot": {}})
-    with pytest.raises(kv_tune.TuneError, match=r"kv_tune_cap \(0.98\) is below the value sglang.service runs \(0.990\)"):
+    with pytest.raises(kv_tune_settings.TuneError, match=r"kv_tune_cap \(0.98\) is below the value sglang.service runs \(0.990\)"):
         make_tuner({"running_value": 0.99})
 
 
@@ -145,11 +148,11 @@ def test_retune_reason(pin, digest, running, force, reason):
     fp = copy.deepcopy(FP)
     if digest != "H":
         fp["versions"]["driver"] = "580.2"
-    assert kv_tune.retune_reason(pin, fp, digest, running, force) == reason
+    assert kv_tune_start.retune_reason(pin, fp, digest, running, force) == reason
 
 
 def test_unchanged_line():
-    assert kv_tune.unchanged_line("h1", "sglang.service", PIN) == (
+    assert kv_tune_lines.unchanged_line("h1", "sglang.service", PIN) == (
         "h1: sglang.service keeps 0.910 (202,389 KV tokens), pinned 2026-11-30T10:00:00Z: fingerprint unchanged.")
 
 
@@ -174,13 +177,13 @@ def test_unchanged_line():
     ({"ready": False, "reason": "unit_restarted"}, None, None, "crash"),
 ])
 def test_classify_trial_by_phase(ready, stress, failure, outcome):
-    assert kv_tune.classify_trial(ready, stress, {"failure": failure})[0] == outcome
+    assert kv_tune_trial.classify_trial(ready, stress, {"failure": failure})[0] == outcome
 
 
 @pytest.mark.parametrize("free, outcome", [(0.3, "crash"), (4.0, "crash"), (31.0, "fatal"), (None, "crash")])
 def test_a_crash_under_load_with_memory_to_spare_is_not_about_memory(free, outcome):
     stress = {"held": False, "failure_reason": "the server stopped answering", "min_free_gib": free}
-    assert kv_tune.classify_trial({"ready": True}, stress, {}, not_memory_gib=8.0)[0] == outcome
+    assert kv_tune_trial.classify_trial({"ready": True}, stress, {}, not_memory_gib=8.0)[0] == outcome
 
 
 @pytest.mark.parametrize("text, argv, log, error", [
@@ -191,19 +194,19 @@ def test_a_crash_under_load_with_memory_to_spare_is_not_about_memory(free, outco
     ("0.910", 0.91, None, None),
 ])
 def test_readback(text, argv, log, error):
-    found = kv_tune.readback_error(text, argv, log)
+    found = kv_tune_trial.readback_error(text, argv, log)
     assert (found is None) == (error is None)
     if error:
         assert error in found
 
 
 def test_growth_and_deficit_from_the_boot():
-    assert kv_tune.growth({"kv_size_gib": 10.0, "draft_kv_size_gib": 2.5}) == 1.25
-    assert kv_tune.growth({"kv_size_gib": 10.0}) == 1.0
-    assert kv_tune.growth({}) is None
-    assert kv_tune.oom_deficit_gib({"failure": {"oom": {"tried_gib": 2.0, "free_gib": 0.5}}}) == 1.5
-    assert kv_tune.oom_deficit_gib({"failure": {"oom": {"tried_gib": 0.5, "free_gib": 2.0}}}) == 0.0
-    assert kv_tune.oom_deficit_gib({"failure": {"kind": "crash"}}) is None
+    assert kv_tune_trial.growth({"kv_size_gib": 10.0, "draft_kv_size_gib": 2.5}) == 1.25
+    assert kv_tune_trial.growth({"kv_size_gib": 10.0}) == 1.0
+    assert kv_tune_trial.growth({}) is None
+    assert kv_tune_trial.oom_deficit_gib({"failure": {"oom": {"tried_gib": 2.0, "free_gib": 0.5}}}) == 1.5
+    assert kv_tune_trial.oom_deficit_gib({"failure": {"oom": {"tried_gib": 0.5, "free_gib": 2.0}}}) == 0.0
+    assert kv_tune_trial.oom_deficit_gib({"failure": {"kind": "crash"}}) is None
 
 
 # --- records --------------------------------------------------------------------------------------------------------
@@ -226,14 +229,14 @@ def test_fact_entry_and_report():
     assert set(entry["trials"][0]) == set(kv_tune.FACT_TRIAL_KEYS)
     assert entry["fingerprint_hash"] == "H" and entry["settings"]["resolution"] == 0.005
     result = tuner.result("tuned", "t0", "t1", FP["versions"])
-    report = kv_tune.report_markdown(result)
+    report = kv_tune_lines.report_markdown(result)
     assert "| after | 0.910 | 202,389 |" in report and "| 2 | 0.910 | yes | stable |" in report
     assert report.count("| stable |") == 2 and "## Fingerprint `H`" in report
 
 
 def test_summary_rows():
     result = tuned().result("tuned", "t0", "t1", FP["versions"])
-    rows = kv_tune.summary_rows({"a": {"status": "tuned", "result": result}, "b": {"status": "unchanged", "pin": PIN},
+    rows = kv_tune_lines.summary_rows({"a": {"status": "tuned", "result": result}, "b": {"status": "unchanged", "pin": PIN},
                                  "c": None, "d": {"status": "would_tune", "why": "never tuned"}})
     assert [row["status"] for row in rows] == ["tuned", "unchanged",
                                                "not tuned: failed or unreachable, left on its last-known-good value",
@@ -243,7 +246,7 @@ def test_summary_rows():
 
 
 def test_summary_rows_tell_a_later_batch_from_a_failed_host():
-    rows = kv_tune.summary_rows({"a": {"status": "unchanged", "pin": PIN}, "b": None, "c": None}, pending={"a", "c"})
+    rows = kv_tune_lines.summary_rows({"a": {"status": "unchanged", "pin": PIN}, "b": None, "c": None}, pending={"a", "c"})
     assert [row["status"] for row in rows] == ["unchanged",
                                                "not tuned: failed or unreachable, left on its last-known-good value",
                                                "not tuned: its batch has not run"]
@@ -268,7 +271,7 @@ INFO = {"takes_kv_args": True, "trial_pending": False, "running": True, "pin": P
     ({"running": False}, False, True, {"do": "report", "status": "would_tune"}),
 ])
 def test_plan_start(changes, force, check_mode, expected):
-    plan = kv_tune.plan_start(dict(INFO, **changes), "h1", "sglang.service", force, check_mode)
+    plan = kv_tune_start.plan_start(dict(INFO, **changes), "h1", "sglang.service", force, check_mode)
     assert {key: plan.get(key) for key in expected} == expected, plan
     if plan["do"] == "refuse":
         assert "cannot be tuned: its ExecStart does not end with $LLMSERVE_KV_ARGS" in plan["msg"]
@@ -293,7 +296,7 @@ def gpus(other_on_3=0, server=True):
     (gpus(other_on_3=12)[3:4], False), (None, False),
 ])
 def test_gpu_imbalance(memory, unbalanced):
-    found = kv_tune.gpu_imbalance(memory)
+    found = kv_tune_start.gpu_imbalance(memory)
     assert (found is not None) == unbalanced, found
     if unbalanced:
         assert "GPU 3: 12.0 GiB held by pid 90003 (/usr/bin/python3)" in found and "nothing was restarted" in found
@@ -312,7 +315,7 @@ def test_gpu_imbalance(memory, unbalanced):
                                 "number in (0, 1)"}, {"do": "tune"}),
 ])
 def test_plan_start_before_anything_restarts(changes, expected):
-    plan = kv_tune.plan_start(dict(INFO, **changes), "h1", "sglang.service")
+    plan = kv_tune_start.plan_start(dict(INFO, **changes), "h1", "sglang.service")
     assert {key: plan.get(key) for key in expected} == expected, plan
     if "lock" in changes and plan["do"] == "refuse":
         assert "is being tuned by run 1f2e3d4c from ops1 pid 7" in plan["msg"]
@@ -326,7 +329,7 @@ def test_plan_start_before_anything_restarts(changes, expected):
     ({"kind": "unbalanced_memory", "line": "z"}, False), (None, False),
 ])
 def test_a_failed_last_known_good_start(failure, tunable):
-    message = kv_tune.failed_start({"failure": failure}, "sglang.service", "0.910")
+    message = kv_tune_start.failed_start({"failure": failure}, "sglang.service", "0.910")
     assert (message is None) == tunable, message
     if message:
         assert "does not start on its last-known-good value 0.910" in message
@@ -334,23 +337,23 @@ def test_a_failed_last_known_good_start(failure, tunable):
 
 def test_safe_start_is_sglangs_default_above_the_formula_and_at_most_the_cap():
     fp = {"gpu": {"memory_total_mib": 97887}, "versions": {"sglang": "0.5.9"}, "server_args": {"tp_size": 8}}
-    settings = kv_tune.check_settings(DEFAULT_SETTINGS)
-    start = kv_tune.safe_start(BOOT, fp, None, settings)
-    assert 0.77 < start < 0.98 and kv_tune.kv_search.on_grid(start, 0.005)
-    assert kv_tune.safe_start({"pre_load_free_gib": 94.04, "post_load_free_gib": 2.0}, fp, None, settings) >= 0.98 - 1e-9
-    low_cap = kv_tune.check_settings(dict(DEFAULT_SETTINGS, cap=0.8))
-    assert kv_tune.safe_start(BOOT, fp, None, low_cap) == 0.8
+    settings = kv_tune_settings.check_settings(DEFAULT_SETTINGS)
+    start = kv_tune_start.safe_start(BOOT, fp, None, settings)
+    assert 0.77 < start < 0.98 and kv_search.on_grid(start, 0.005)
+    assert kv_tune_start.safe_start({"pre_load_free_gib": 94.04, "post_load_free_gib": 2.0}, fp, None, settings) >= 0.98 - 1e-9
+    low_cap = kv_tune_settings.check_settings(dict(DEFAULT_SETTINGS, cap=0.8))
+    assert kv_tune_start.safe_start(BOOT, fp, None, low_cap) == 0.8
 
 
 def test_a_margin_larger_than_the_memory_after_the_weights_is_refused():
-    with pytest.raises(kv_tune.TuneError, match=r"kv_tune_safety_gib \(30.0 GiB\) is not below the memory left after"):
+    with pytest.raises(kv_tune_settings.TuneError, match=r"kv_tune_safety_gib \(30.0 GiB\) is not below the memory left after"):
         make_tuner({"running_value": 0.88, "settings": {"safety_gib": 30.0}})
 
 
 def test_a_runs_own_lock_is_no_reason_to_refuse():
     info = dict(INFO, lock={"run_id": "1f2e3d4c", "live": True}, pin=None)
-    assert kv_tune.plan_start(info, "h1", "sglang.service", run_id="1f2e3d4c")["do"] == "tune"
-    assert kv_tune.plan_start(info, "h1", "sglang.service", run_id="9a8b7c6d")["do"] == "refuse"
+    assert kv_tune_start.plan_start(info, "h1", "sglang.service", run_id="1f2e3d4c")["do"] == "tune"
+    assert kv_tune_start.plan_start(info, "h1", "sglang.service", run_id="9a8b7c6d")["do"] == "refuse"
 
 
 # --- kv_tune_strategy per_class -------------------------------------------------------------------------------------
@@ -361,7 +364,7 @@ def probe(key, pinned=None, status="would_tune"):
 
 
 def test_one_canary_per_class_in_inventory_order():
-    plan = kv_tune.class_plan({"a1": probe("A" * 64), "b1": probe("B" * 64), "a2": probe("A" * 64),
+    plan = kv_tune_classes.class_plan({"a1": probe("A" * 64), "b1": probe("B" * 64), "a2": probe("A" * 64),
                                "a3": probe("A" * 64), "x": None, "b2": {"failed": True, "msg": "no unit"}},
                               ["a1", "b1", "a2", "a3", "x", "b2"])
     assert {host: entry["role"] for host, entry in plan.items()} == {
@@ -374,10 +377,10 @@ def test_one_canary_per_class_in_inventory_order():
 def test_a_pin_of_the_same_fingerprint_needs_no_canary_unless_forced():
     probes = {"a1": probe("A" * 64), "a2": probe("A" * 64, pinned=0.91, status="unchanged"),
               "a3": probe("A" * 64, pinned=0.93)}
-    plan = kv_tune.class_plan(probes, ["a1", "a2", "a3"])
+    plan = kv_tune_classes.class_plan(probes, ["a1", "a2", "a3"])
     assert [plan[host]["role"] for host in ("a1", "a2", "a3")] == ["member"] * 3
     assert {plan[host]["value"] for host in plan} == {0.91} and "a2 holds the class's pin 0.91" in plan["a1"]["why"]
-    forced = kv_tune.class_plan(probes, ["a1", "a2", "a3"], force=True)
+    forced = kv_tune_classes.class_plan(probes, ["a1", "a2", "a3"], force=True)
     assert [forced[host]["role"] for host in ("a1", "a2", "a3")] == ["canary", "member", "member"]
 
 
@@ -391,7 +394,7 @@ def test_a_pin_of_the_same_fingerprint_needs_no_canary_unless_forced():
     (None, None, None),
 ])
 def test_the_value_a_member_verifies(entry, outcome, expected):
-    assert kv_tune.class_value(entry, outcome) == expected
+    assert kv_tune_classes.class_value(entry, outcome) == expected
 
 
 @pytest.mark.parametrize("value, changes, expected", [
@@ -403,8 +406,8 @@ def test_the_value_a_member_verifies(entry, outcome, expected):
     (0.99, {"cap": 0.95}, 0.95),
 ])
 def test_the_margin_below_the_class_value(value, changes, expected):
-    settings = kv_tune.check_settings(dict(DEFAULT_SETTINGS, **changes))
-    assert kv_tune.verify_value(value, settings) == pytest.approx(expected)
+    settings = kv_tune_settings.check_settings(dict(DEFAULT_SETTINGS, **changes))
+    assert kv_tune_classes.verify_value(value, settings) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -412,17 +415,17 @@ def test_the_margin_below_the_class_value(value, changes, expected):
     ({"class_margin_steps": -1}, "kv_tune_class_margin_steps must be a whole number of grid steps"),
 ])
 def test_bad_class_settings(changes, message):
-    with pytest.raises(kv_tune.TuneError, match=message):
-        kv_tune.check_settings(dict(DEFAULT_SETTINGS, **changes))
+    with pytest.raises(kv_tune_settings.TuneError, match=message):
+        kv_tune_settings.check_settings(dict(DEFAULT_SETTINGS, **changes))
 
 
 def test_the_restarts_each_kind_of_tune_spent():
     rows = [{"status": "tuned", "restarts": 2, "search": "search"}, {"status": "tuned", "restarts": 1, "search": "verified"},
             {"status": "tuned", "restarts": 1, "search": "verified"}, {"status": "tuned", "restarts": 3, "search": "fallback"},
             {"status": "unchanged", "restarts": 0}, {"status": "not tuned: its batch has not run"}]
-    assert kv_tune.restarts_line(rows) == ("restarts: 7 in all (failed verifications and searches 3 on 1 host, "
+    assert kv_tune_lines.restarts_line(rows) == ("restarts: 7 in all (failed verifications and searches 3 on 1 host, "
                                            "searches 2 on 1 host, verifications 2 on 2 hosts)")
-    assert kv_tune.restarts_line([]) == "restarts: 0 in all"
+    assert kv_tune_lines.restarts_line([]) == "restarts: 0 in all"
 
 
 # --- several servers on one host ------------------------------------------------------------------------------------
@@ -433,8 +436,8 @@ def gpu(index, server_bytes):
 
 
 def test_a_units_gpus_are_those_its_processes_use():
-    assert kv_tune.unit_gpus([gpu(0, 5), gpu(1, 5), gpu(2, 0), gpu(3, 0)]) == [0, 1]
-    assert kv_tune.unit_gpus([gpu(0, 0)]) is None and kv_tune.unit_gpus(None) is None
+    assert kv_tune_units.unit_gpus([gpu(0, 5), gpu(1, 5), gpu(2, 0), gpu(3, 0)]) == [0, 1]
+    assert kv_tune_units.unit_gpus([gpu(0, 0)]) is None and kv_tune_units.unit_gpus(None) is None
 
 
 @pytest.mark.parametrize("gpu_sets, expected", [
@@ -444,12 +447,12 @@ def test_a_units_gpus_are_those_its_processes_use():
     ({"a": [0, 1], "b": [4], "c": [0, 1, 5], "d": [5]}, {"a": ["c"], "b": [], "c": ["a", "d"], "d": ["c"]}),
 ])
 def test_units_that_share_a_gpu_are_each_others_neighbours(gpu_sets, expected):
-    assert kv_tune.neighbours(gpu_sets) == expected
+    assert kv_tune_units.neighbours(gpu_sets) == expected
 
 
 def test_labels_and_report_names_of_several_units():
-    assert kv_tune.target_label("gpu1", "sglang@a.service") == "gpu1/sglang@a"
-    assert kv_tune.report_name("gpu1/sglang@a") == "gpu1_sglang@a"
+    assert kv_tune_units.target_label("gpu1", "sglang@a.service") == "gpu1/sglang@a"
+    assert kv_tune_units.report_name("gpu1/sglang@a") == "gpu1_sglang@a"
 
 
 def unit_result(label, status, **extra):
@@ -458,41 +461,41 @@ def unit_result(label, status, **extra):
 
 
 def test_a_host_with_several_units_fails_when_one_unit_does_and_names_it():
-    both = kv_tune.combine_units("h", {"sglang@a.service": unit_result("h/sglang@a", "tuned"),
+    both = kv_tune_units.combine_units("h", {"sglang@a.service": unit_result("h/sglang@a", "tuned"),
                                        "sglang@b.service": unit_result("h/sglang@b", "unchanged")})
     assert both["status"] == "tuned" and both["changed"] and "msg" not in both
     assert both["line"] == "h/sglang@a: tuned\nh/sglang@b: unchanged"
-    same = kv_tune.combine_units("h", {"a": unit_result("h/a", "unchanged"), "b": unit_result("h/b", "unchanged")})
+    same = kv_tune_units.combine_units("h", {"a": unit_result("h/a", "unchanged"), "b": unit_result("h/b", "unchanged")})
     assert same["status"] == "unchanged" and not same["changed"]
-    one_failed = kv_tune.combine_units("h", {"a": unit_result("h/a", "tuned"),
+    one_failed = kv_tune_units.combine_units("h", {"a": unit_result("h/a", "tuned"),
                                              "b": {"failed": True, "msg": "b: boom", "label": "h/b"}})
     assert one_failed["status"] == "failed" and one_failed["msg"] == "h: 1 of 2 units not tuned: b: boom"
-    unstable = kv_tune.combine_units("h", {"a": unit_result("h/a", "no_stable_value", msg="h/a: none held")})
+    unstable = kv_tune_units.combine_units("h", {"a": unit_result("h/a", "no_stable_value", msg="h/a: none held")})
     assert unstable["status"] == "no_stable_value"
-    check = kv_tune.combine_units("h", {"a": unit_result("h/a", "would_tune"), "b": unit_result("h/b", "unchanged")})
+    check = kv_tune_units.combine_units("h", {"a": unit_result("h/a", "would_tune"), "b": unit_result("h/b", "unchanged")})
     assert check["status"] == "would_tune"
 
 
 def test_summary_and_reports_give_a_row_and_a_report_per_unit():
     result = tuned().result("tuned", "t0", "t1", FP["versions"])
-    several = kv_tune.combine_units("h", {
+    several = kv_tune_units.combine_units("h", {
         "sglang@a.service": unit_result("h/sglang@a", "tuned", result=result, report="# a", unit="sglang@a.service"),
         "sglang@b.service": unit_result("h/sglang@b", "unchanged", pin=PIN, unit="sglang@b.service")})
     single = unit_result("g", "tuned", result=result, report="# g", unit="sglang.service")
-    expanded = kv_tune.expand_units({"h": several, "g": single, "x": None})
+    expanded = kv_tune_units.expand_units({"h": several, "g": single, "x": None})
     assert sorted(expanded) == ["g", "h/sglang@a", "h/sglang@b", "x"]
-    rows = kv_tune.summary_rows(expanded)
+    rows = kv_tune_lines.summary_rows(expanded)
     assert [row["host"] for row in rows] == ["g", "h/sglang@a", "h/sglang@b", "x"]
-    assert [item["name"] for item in kv_tune.report_items(several)] == ["h_sglang@a"]
-    assert [(item["name"], item["unit"]) for item in kv_tune.report_items(single)] == [("g", "sglang.service")]
-    assert kv_tune.report_items({"failed": True, "msg": "x"}) == [] and kv_tune.report_items(None) == []
-    assert kv_tune.unit_outcome(several, "sglang@b.service")["pin"] == PIN
-    assert kv_tune.unit_outcome(single, "sglang.service") is single
+    assert [item["name"] for item in kv_tune_units.report_items(several)] == ["h_sglang@a"]
+    assert [(item["name"], item["unit"]) for item in kv_tune_units.report_items(single)] == [("g", "sglang.service")]
+    assert kv_tune_units.report_items({"failed": True, "msg": "x"}) == [] and kv_tune_units.report_items(None) == []
+    assert kv_tune_units.unit_outcome(several, "sglang@b.service")["pin"] == PIN
+    assert kv_tune_units.unit_outcome(single, "sglang.service") is single
 
 
 def test_the_class_plan_has_an_entry_per_unit_and_units_of_one_host_may_share_a_class():
     several = {"status": "would_tune", "units": {"sglang@a.service": probe("A" * 64), "sglang@b.service": probe("A" * 64)}}
-    plan = kv_tune.class_plan_units({"h": several, "g": dict(probe("A" * 64), unit="sglang.service"), "x": None},
+    plan = kv_tune_classes.class_plan_units({"h": several, "g": dict(probe("A" * 64), unit="sglang.service"), "x": None},
                                     ["h", "g", "x"])
     assert plan["h"]["canary"] and not plan["g"]["canary"] and not plan["x"]["canary"]
     a, b = plan["h"]["units"]["sglang@a.service"], plan["h"]["units"]["sglang@b.service"]
@@ -510,8 +513,8 @@ UNTRUSTED = dict(BOOT, untrusted=["the log says the weights took 62.82 GiB per G
 
 
 def test_an_untrusted_boot_gives_no_memory_to_predict_from():
-    assert kv_tune.effective_memory(UNTRUSTED) == (None, None)
-    assert kv_tune.lower_bound(UNTRUSTED, None) is None
+    assert kv_tune_model.effective_memory(UNTRUSTED) == (None, None)
+    assert kv_tune_model.lower_bound(UNTRUSTED, None) is None
     # the running value is re-measured by a restart, not measured in place on the untrusted start
     tuner = make_tuner({"running_value": 0.88, "boot": dict(UNTRUSTED, server_args={"mem_fraction_static": 0.88})})
     assert tuner.first_step()["restart"] is True
@@ -534,15 +537,15 @@ def test_nothing_is_learned_from_an_untrusted_trial():
 def test_the_multimodal_reduction_in_terms_of_the_command_line_value():
     boot = {"pre_load_free_gib": 62.92, "post_load_free_gib": 47.22, "mem_fraction_static": 0.787,
             "mem_fraction_static_logged": 0.874, "mem_fraction_static_source": "multimodal_reduction"}
-    p, a = kv_tune.effective_memory(boot)
+    p, a = kv_tune_model.effective_memory(boot)
     for f in (0.874, 0.6, 0.95):
         # SGLang's budget at s * f equals the formula's at f with P' and A'
         assert a - p * (1 - f) == pytest.approx(47.22 - 62.92 * (1 - f * 0.787 / 0.874))
-    assert kv_tune.lower_bound(boot, None) == pytest.approx((1 - 47.22 / 62.92) / (0.787 / 0.874))
+    assert kv_tune_model.lower_bound(boot, None) == pytest.approx((1 - 47.22 / 62.92) / (0.787 / 0.874))
 
 
 def test_a_token_floor_is_refused_for_hybrid_models():
     model = {"cell_size_bytes": 16384, "page_size": 1, "mm_reservation_gib": 0.0, "hybrid_state": True}
-    with pytest.raises(kv_tune.TuneError, match="kv_tune_min_tokens is not supported for hybrid"):
-        kv_tune.lower_bound(BOOT, model, 100000)
-    assert kv_tune.lower_bound(BOOT, model) == pytest.approx(1 - 21.71 / 94.04)
+    with pytest.raises(kv_tune_settings.TuneError, match="kv_tune_min_tokens is not supported for hybrid"):
+        kv_tune_model.lower_bound(BOOT, model, 100000)
+    assert kv_tune_model.lower_bound(BOOT, model) == pytest.approx(1 - 21.71 / 94.04)

@@ -1,0 +1,61 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What the formula needs of the model and the boot for the tuner: the KV cell, P and A in the command line's terms,
+and the lowest value worth trying."""
+from __future__ import annotations
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_base, kv_capacity_report, kv_cell, kv_search, kv_shape
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import TuneError
+
+
+def model_inputs(config, memory_args, sglang_version):
+    """What the formula needs of the model, from config.json (as data) and the fingerprint's memory args: the KV
+    cell per GPU (bytes per token), the page size and the multimodal reservation. None without a config (a Hub id
+    the host has no copy of). A model the formula cannot read fails here, before anything restarts."""
+    if config is None:
+        return None
+    args = memory_args or {}
+    try:
+        shape = kv_shape.model_shape(config, dtype=args.get("dtype") or "auto")
+        cell = kv_cell.cell_size_bytes(
+            shape, tp_size=args.get("tp_size") or 1, dp_size=args.get("dp_size") or 1,
+            enable_dp_attention=bool(args.get("enable_dp_attention")), kv_cache_dtype=args.get("kv_cache_dtype") or "auto",
+            sglang_version=sglang_version, speculative_algorithm=args.get("speculative_algorithm"))
+        mm_gib = kv_capacity_report.mm_reservation_gib(shape, sglang_version)
+    except kv_base.KvModelError as exc:
+        raise TuneError("the model cannot be tuned: %s. Nothing was restarted." % exc) from None
+    return {"cell_size_bytes": cell, "page_size": args.get("page_size") or 1, "mm_reservation_gib": mm_gib,
+            "hybrid_state": shape.linear_state is not None}
+
+
+def effective_memory(boot):
+    """(P, A) of a boot in terms of the command line's --mem-fraction-static. SGLang 0.4.x sized a multimodal model's
+    pool with s * f (it said so: mem_fraction_static_source 'multimodal_reduction'); A - P * (1 - s * f) is
+    A' - P' * (1 - f) with P' = s * P and A' = A - P * (1 - s), so the formula, the floor and the slope keep working
+    on the values the tuner writes. (None, None) when the log does not give them or cannot be trusted (another process
+    allocated while SGLang loaded: the search re-measures instead of predicting from it)."""
+    boot = boot or {}
+    p, a = boot.get("pre_load_free_gib"), boot.get("post_load_free_gib")
+    if not p or not a or boot.get("untrusted"):
+        return None, None
+    used, logged = boot.get("mem_fraction_static"), boot.get("mem_fraction_static_logged")
+    if boot.get("mem_fraction_static_source") == "multimodal_reduction" and used and logged:
+        scale = used / logged
+        return p * scale, a - p * (1 - scale)
+    return p, a
+
+
+def lower_bound(boot, model, min_tokens=None):
+    """The formula's lowest viable value from the running server's P and A (and, with the model known, the pool that
+    holds ``min_tokens``); None when its startup log does not give P and A, or they cannot be trusted."""
+    p, a = effective_memory(boot)
+    if not p or not a:
+        return None
+    model = model or {}
+    if min_tokens is not None and model.get("hybrid_state"):
+        raise TuneError("kv_tune_min_tokens is not supported for hybrid linear-attention models yet: their state pool "
+                        "shares the budget with the KV pool. Unset it; nothing was restarted.")
+    return kv_search.lower_bound(p, a, target_tokens=min_tokens if model else None,
+                                 cell_size_bytes=model.get("cell_size_bytes"), page_size=model.get("page_size", 1),
+                                 mm_reservation_gib=model.get("mm_reservation_gib", 0.0))

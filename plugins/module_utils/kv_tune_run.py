@@ -1,0 +1,416 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The tuner's run on one host, as steps (docs/DESIGN.md, "The tuner"): every decision before, during and after the
+search of each unit, and no I/O. The kv_tune action plugin performs each step and sends back what it saw; the
+generators here return the result. A step is a dict:
+
+- ``{"call": module, "args": {..}, "may_fail": bool}``: one of the collection's modules on the host; the answer is
+  its result. A failure that is not ``may_fail`` ends the run (the action raises :class:`RunFailed`'s kind).
+- ``{"say": line}``: a progress line for the operator (a call may carry one too, said before it); no answer.
+- ``{"nodes": "join" | "tell" | "answers" | "hello" | "next" | "answer", ..}``: the other nodes of a server that spans
+  hosts, over the controller (plugin_utils/kv_nodes.py says what each kind does and answers).
+- ``{"tune_unit": unit, "args", "label", "info", "neighbours", "tuned"}`` (:func:`host_steps` only): one unit's
+  :class:`UnitRun`, which the action runs with the cleanup it owns (the lock, an armed trial); the answer is its
+  result.
+
+The search itself is :class:`kv_tune.Tuner`'s; a :class:`UnitRun` turns its steps into module calls.
+"""
+from __future__ import annotations
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_search import value_text
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import Tuner
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_classes import class_value, verify_value
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import report_markdown, result_line
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import lower_bound, model_inputs
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_nodes import NodeSteps, RunFailed, call, say
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import check_settings, with_defaults
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import (
+    failed_start, first_value, plan_start, safe_start)
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import (
+    combine_units, neighbours, target_label, unit_gpus, unit_outcome)
+
+# Before the search each settling step changes one thing (restart a stale server, revert a pending trial, disarm
+# timers) and asks again; more than these in a row is a unit that does not settle.
+SETTLE_STEPS = 4
+# kv_trial states that change no value on the other nodes of a server (the lock is each node's own).
+_OWN_STATES = ("locked", "unlocked")
+
+
+def fingerprint_args(args, unit=None):
+    return {"unit": unit or args["unit"], "model_revision": args["model_revision"], "require_running": False}
+
+
+def host_steps(host, args):
+    """Every unit of the host in turn (kv_tune_units), each with its own lock, trials, pin and report; units that
+    share GPUs know each other, so that each is loaded with its neighbours and they serve together afterwards."""
+    args = with_defaults(args)
+    units = args["units"] or [args["unit"]]
+    if len(units) == 1:
+        return (yield {"tune_unit": units[0], "args": dict(args, unit=units[0]), "label": host, "info": None,
+                       "neighbours": {}, "tuned": {}})
+    for unit in units:
+        check_settings(dict(args, unit=unit))
+    infos = {}
+    for unit in units:
+        infos[unit] = yield call("kv_fingerprint", fingerprint_args(args, unit))
+    sharing = neighbours({unit: unit_gpus(info.get("gpu_memory")) for unit, info in infos.items()})
+    tuned = {}
+    for unit in units:
+        # A neighbour tuned before may have restarted this unit: ask it again.
+        restarted = any(tuned.get(other, {}).get("changed") for other in sharing[unit])
+        tuned[unit] = yield {"tune_unit": unit, "args": dict(args, unit=unit), "label": target_label(host, unit),
+                             "info": None if restarted else
+                             infos[unit], "neighbours": {other: infos[other] for other in sharing[unit]},
+                             "tuned": dict(tuned)}
+        if sharing[unit] and tuned[unit].get("changed"):
+            infos[unit] = yield call("kv_fingerprint", fingerprint_args(args, unit))  # what its neighbours must find
+    return combine_units(host, tuned)
+
+
+class UnitRun(NodeSteps):
+    """One unit's run: :meth:`steps` from the first look to the result, :meth:`finish` after it (the neighbours),
+    :meth:`revert` and :meth:`unlock` for the action's cleanup, :meth:`failed` for the result of a run that raised.
+
+    ``host`` is the inventory host, ``label`` names the unit in every line; ``args`` the action's arguments for this
+    unit; ``info`` its kv_fingerprint result when the caller has it; ``neighbours`` unit -> kv_fingerprint of the
+    host's other units that share its GPUs; ``tuned`` unit -> result of the host's units tuned before it;
+    ``outcome_of(host)`` what another host's kv_tune registered (a class's canary), None when it has nothing;
+    ``clock()`` the time as the reports write it."""
+
+    def __init__(self, host, label, args, check_mode, run_id, controller, clock, info=None, neighbours=None,
+                 tuned=None, outcome_of=None):
+        self.host, self.label, self.args = host, label, args
+        self.check_mode, self.run_id, self.controller, self.clock = check_mode, run_id, controller, clock
+        self.info = info
+        self.neighbours = neighbours or {}
+        self.tuned = tuned or {}
+        self.outcome_of = outcome_of or (lambda _host: None)
+        self.s = None           # check_settings' of args
+        self.url = args["url"]
+        self.gpus = None        # the unit's (and its neighbours') GPUs; None: unknown, every GPU counts
+        self.checkpoint = None  # the model checkpoint's bytes (kv_fingerprint), None when unknown
+        self.invocation_id = None   # the start of the server measured in place
+        self.node = None        # this unit's part in a multi-node server (kv_multinode.node_of)
+        self.ranks = None       # node 0 once the others joined: their ranks
+        self.boots = None       # node 0: the others' startup facts as they joined
+        self.locked = False
+        self.changed = False
+
+    # -- module calls --------------------------------------------------------------------------------------------
+
+    def _fingerprint(self, unit=None):
+        return call("kv_fingerprint", fingerprint_args(self.args, unit))
+
+    def _ready(self, invocation_id=None, unit=None, url=None, may_fail=False):
+        return call("sglang_ready", {
+            "url": url or self.url, "unit": unit or self.args["unit"], "api_key": self.args["api_key"],
+            "timeout": self.args["ready_timeout"], "interval": self.args["ready_interval"],
+            "invocation_id": invocation_id}, may_fail=may_fail)
+
+    def _load(self):
+        """kv_stress with every neighbour loaded at the same time; a module failure is a load that did not hold."""
+        stress = yield call("kv_stress", {
+            "url": self.url, "api_key": self.args["api_key"], "fill_ratio": self.args["stress_fill_ratio"],
+            "duration": self.args["stress_duration"], "gpus": self.gpus,
+            "also_urls": [found["url"] for found in self.neighbours.values() if found.get("url")]}, may_fail=True)
+        return {"held": False, "failure_reason": stress.get("msg")} if stress.get("failed") else stress
+
+    def _boot(self):
+        """The startup facts of the unit's last start; {} when its log says nothing (rotated out of the journal)."""
+        args = {"unit": self.args["unit"]}
+        if self.checkpoint:   # the weights the log reports are checked against the checkpoint's share
+            args["checkpoint_bytes"] = self.checkpoint
+        boot = yield call("sglang_startup_facts", args, may_fail=True)
+        return {} if boot.get("failed") else boot
+
+    def _trial(self, state, text=None, fact=None, may_fail=False):
+        """kv_trial on the unit, as this run (it renews, takes or releases the run's lock). On node 0 of a
+        multi-node server every other node does the same first: one value on every node, restarted together."""
+        if self.ranks is not None and state not in _OWN_STATES:
+            yield from self._tell({"do": "kv_trial", "state": state, "text": text, "fact": fact})
+        args = {"unit": self.args["unit"], "state": state, "run_id": self.run_id, "controller": self.controller,
+                "lease": int(self.s["confirm_timeout"]) + 600}
+        if text is not None:
+            args["value"] = text
+        if state == "started":
+            args["confirm_timeout"] = int(self.s["confirm_timeout"])
+        if fact is not None:
+            args["fact"] = fact
+        result = yield call("kv_trial", args, may_fail=may_fail)
+        if not result.get("failed"):
+            self.changed = self.changed or bool(result.get("changed"))
+            self.locked = {"locked": True, "unlocked": False}.get(state, self.locked)
+        return result
+
+    def _lock(self):
+        if not self.locked:
+            yield from self._trial("locked")
+
+    # -- for the action's cleanup --------------------------------------------------------------------------------
+
+    def revert(self):
+        """Back to the last-known-good value now (the trial in progress, on every node)."""
+        return (yield from self._trial("reverted"))
+
+    def unlock(self):
+        return (yield from self._trial("unlocked"))
+
+    def leads(self):
+        """Whether the other nodes of a server wait for this run's word when it ends (node 0, not in check mode)."""
+        return self.node is not None and self.node["node_rank"] == 0 and not self.check_mode
+
+    def release_message(self, result):
+        """What node 0 tells the other nodes when its run ends, whatever happened."""
+        return {"do": "done", "leader": self.host, "status": "failed" if result.get("failed") else result.get("status"),
+                "value": ((result.get("result") or {}).get("after") or {}).get("mem_fraction_static"),
+                "line": result.get("line") or result.get("msg")}
+
+    def failed(self, msg, reverted):
+        return {"failed": True, "changed": self.changed or reverted,
+                "msg": msg + (" (the trial in progress was reverted)" if reverted else "")}
+
+    # -- the run -------------------------------------------------------------------------------------------------
+
+    def steps(self):
+        self.s = settings = check_settings(self.args)
+        info = self.info or (yield self._fingerprint())
+        self.checkpoint = info.get("checkpoint_bytes")
+        # Several servers on one host answer on their own ports, on their own GPUs; the neighbours' GPUs count too:
+        # their memory is what the pair has left.
+        self.url = info.get("url") or self.url
+        self.gpus = unit_gpus(info.get("gpu_memory"))
+        if self.gpus is not None:
+            for found in self.neighbours.values():
+                self.gpus = sorted(set(self.gpus) | set(unit_gpus(found.get("gpu_memory")) or []))
+        self.node = kv_multinode.node_of(info.get("server_args"))
+        others = None
+        if self.node is not None and not self.check_mode:
+            if self.node["node_rank"] > 0:
+                return (yield from self._follow(info))
+            others = yield from self._lead()
+        if self.args["reset"]:
+            return (yield from self._reset(info))
+        plan, safe = None, None
+        for _attempt in range(SETTLE_STEPS):
+            plan = plan_start(info, self.label, settings["unit"], settings["force"], self.check_mode, self.run_id,
+                              others)
+            if plan["do"] not in ("restart", "revert", "disarm"):
+                break
+            if plan["do"] != "disarm" and info.get("fingerprint"):
+                # A model the formula cannot read would fail the tune after this restart: fail before it.
+                model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"])
+            yield from self._lock()
+            yield say("%s: %s" % (self.label, plan["why"]))
+            if plan["do"] == "disarm":
+                yield from self._trial("disarmed")
+            else:
+                reverted = yield from self._trial("reverted")
+                ready = yield self._ready(reverted.get("invocation_id"))
+                if not ready["ready"]:
+                    safe = yield from self._after_a_failed_start(info, ready)
+                    break
+            info = yield self._fingerprint()
+        if safe is None:
+            if plan["do"] == "refuse":
+                raise RunFailed(plan["msg"])
+            if plan["do"] == "report":
+                yield say(plan["line"])
+                return self._report(plan["status"], plan["why"], plan["line"], info)
+            if plan["do"] != "tune":
+                raise RunFailed("%s did not settle before the search (%s)" % (settings["unit"], plan.get("why")))
+        self.url = info["url"] or self.url
+        # The formula must know the model (attention, dtype) before anything restarts: an unknown one fails here.
+        model = model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"])
+        if safe is None and plan["dry_run"]:
+            yield say(plan["line"])
+            return dict(self._report("would_tune", plan["why"], plan["line"], info), changed=False)
+        yield from self._lock()
+        tuner = yield from self._tuner(info, model, safe, plan)
+        return (yield from self._search(tuner, info))
+
+    def _report(self, status, why, line, info):
+        return {"changed": self.changed, "status": status, "why": why, "line": line, "pin": info["pin"],
+                "fingerprint_hash": info.get("fingerprint_hash")}
+
+    def _tuner(self, info, model, safe, plan):
+        """The search's starting point: the running server's boot (or the failed start's), the value it runs, and
+        where to start (kv_tune_start.first_value)."""
+        settings = self.s
+        if safe is not None:
+            boot, why, self.invocation_id = safe["boot"], safe["why"], None
+        else:
+            ready = yield self._ready(info["invocation_id"])
+            if not ready["ready"]:
+                raise RunFailed("%s must serve its last-known-good value before it is tuned (%s: %s); nothing was "
+                                "restarted" % (settings["unit"], ready["reason"], ready["detail"]))
+            boot, why, self.invocation_id = (yield from self._boot()), plan["why"], info["invocation_id"]
+            if self.ranks is not None:   # the server's P and A: the least of any node's, as it joined
+                boot = kv_multinode.server_boot(boot, self.boots)
+        running_value = info["mem_fraction_static"]
+        if running_value is None:
+            running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
+        verify = None if safe is not None else (yield from self._class_value())
+        safe_value = None if safe is None else safe_start(safe["boot"], info["fingerprint"], model, settings)
+        start, source = first_value(self.label, settings, running_value, verify, safe_value,
+                                    default=lambda: safe_start(boot, info["fingerprint"], model, settings))
+        if source == "sglang_default":
+            yield say("%s: %s runs SGLang's default --mem-fraction-static, which neither its command line nor its "
+                      "startup log states: starting from %s, inferred for these GPUs and SGLang %s"
+                      % (self.label, settings["unit"], value_text(start, settings["resolution"]),
+                         info.get("sglang_version") or "(newest)"))
+        return Tuner(self.label, settings, why, running_value, boot, info["fingerprint"], info["fingerprint_hash"],
+                     start, lower_bound=lower_bound(boot, model, settings["min_tokens"]),
+                     invocation_id=self.invocation_id, verify=verify)
+
+    def _class_value(self):
+        """per_class: the value this member verifies (its class's less the margin), None for a search of its own."""
+        entry = (self.args.get("class_plan") or {}).get(self.s["unit"])
+        if self.s["strategy"] != "per_class" or not entry or self.node is not None:
+            return None
+        canary = entry.get("canary_host")
+        outcome = None
+        if canary == self.host:   # another unit of this host, tuned earlier in this task
+            outcome = self.tuned.get(entry["canary_unit"])
+        elif canary:
+            found = self.outcome_of(canary)
+            outcome = unit_outcome(found, entry["canary_unit"]) if found is not None else None
+        value = class_value(entry, outcome)
+        if value is None:
+            if entry.get("role") == "member":
+                yield say("%s: the canary %s of its class found no value: a search of its own"
+                          % (self.label, entry.get("canary")))
+            return None
+        return verify_value(value, self.s)
+
+    def _after_a_failed_start(self, info, ready):
+        """The last-known-good value did not come back: tune from a safe start when it ran out of memory, else stop
+        loudly with the unit left as it is."""
+        boot = yield from self._boot()
+        lkg = (boot.get("server_args") or {}).get("mem_fraction_static", info.get("mem_fraction_static"))
+        lkg_text = "?" if lkg is None else str(lkg)
+        message = failed_start(boot, self.s["unit"], lkg_text)
+        if message is not None:
+            raise RunFailed("%s (%s: %s)" % (message, ready["reason"], ready["detail"]))
+        if info.get("fingerprint") is None:
+            raise RunFailed("%s does not start on its last-known-good value %s, and its unit file cannot be read "
+                            "well enough to fingerprint it" % (self.s["unit"], lkg_text))
+        failure = boot.get("failure") or {}
+        why = ("the last-known-good value %s no longer starts (%s: %s): tuning from a safe start"
+               % (lkg_text, failure.get("kind"), failure.get("line")))
+        yield say("%s: %s" % (self.label, why))
+        return {"boot": boot, "why": why}
+
+    def _reset(self, info):
+        """kv_tune_reset: forget the pin; the unit runs the value of its base unit file again."""
+        unit = self.args["unit"]
+        if self.check_mode:
+            line = "%s: %s would lose its pin (%s); check mode restarts nothing." % (
+                self.label, unit, "none" if info["pin"] is None else info["pin"].get("mem_fraction_static"))
+            yield say(line)
+            return dict(self._report("would_reset", "kv_tune_reset", line, info), changed=info["pin"] is not None)
+        yield from self._lock()
+        ready = yield self._ready((yield from self._trial("reset")).get("invocation_id"))
+        after = yield self._fingerprint()
+        line = "%s: %s lost its pin and runs %s (its base value)%s" % (
+            self.label, unit, after.get("mem_fraction_static") or "SGLang's default",
+            "" if ready["ready"] else "; IT DOES NOT SERVE: %s: %s" % (ready["reason"], ready["detail"]))
+        yield say(line)
+        if not ready["ready"]:
+            raise RunFailed(line)
+        return {"changed": True, "status": "reset", "why": "kv_tune_reset", "line": line, "pin": None}
+
+    # -- the search ----------------------------------------------------------------------------------------------
+
+    def _search(self, tuner, info):
+        started = self.clock()
+        yield say(tuner.start_line())
+        step = tuner.first_step()
+        while step["do"] != "done":
+            if step["do"] == "trial":
+                observation = yield from self._observe_trial(step)
+            elif step["do"] == "revert":
+                yield say("%s: %s: back to the last-known-good value %s"
+                          % (self.label, step["why"], step["text"] or "(SGLang's default)"))
+                reverted = yield from self._trial("reverted")
+                observation = {"ready": (yield self._ready(reverted.get("invocation_id"))),
+                               "running": (yield self._fingerprint())}
+            else:  # commit a new best, or pin: the fact records every trial
+                observation = yield from self._trial("committed", step["text"], tuner.fact_entry(self.clock()))
+            was_trial = step["do"] == "trial"
+            step = tuner.advance(observation)
+            if was_trial:
+                yield say(tuner.progress_line())
+        result = tuner.result(step["status"], started, self.clock(), (info["fingerprint"] or {}).get("versions"))
+        line = result_line(result)
+        yield say(line)
+        out = {"changed": True, "status": step["status"], "why": tuner.reason, "line": line, "pin": info["pin"],
+               "result": result, "report": report_markdown(result)}
+        if step["msg"]:
+            out["msg"] = step["msg"]
+        return out
+
+    def _observe_trial(self, step):
+        started = (yield from self._trial("started", step["text"])) if step["restart"] else None
+        ready = yield self._ready((started or {}).get("invocation_id") or self.invocation_id)
+        observed = None
+        if self.ranks is not None:
+            # The other nodes watch their GPUs while this node drives the load (every rank holds its activations).
+            observed = yield from self._tell({"do": "observe", "watch": self.args["stress_duration"] + 5
+                                              if ready["ready"] else 0}, wait=False)
+        stress = (yield from self._load()) if ready["ready"] else None
+        running = yield self._fingerprint()
+        boot = yield from self._boot()
+        if self.ranks is not None:
+            seen = {ack["host"]: ack for ack in (yield from self._answers(observed))}
+            stress = kv_multinode.merge_samples(stress, seen) if stress is not None else None
+            boot = kv_multinode.server_boot(boot, {host: ack.get("boot") for host, ack in seen.items()})
+        return {"started": started, "ready": ready, "stress": stress, "boot": boot,
+                "running": running if running["running"] else None}
+
+    # -- after the search ----------------------------------------------------------------------------------------
+
+    def finish(self, result):
+        """Every server that shares the unit's GPUs serves again (a neighbour lost fails the unit), and the result
+        names the unit."""
+        lost = []
+        if self.neighbours and (self.changed or "result" in result):
+            lost = yield from self._neighbours_serving()
+        if lost:
+            said = result.get("msg") or result.get("line")
+            result = dict(result, failed=True, changed=True, msg="; ".join(([said] if said else []) + lost))
+        result["unit"] = self.args["unit"]
+        result["label"] = self.label
+        if self.node is not None:
+            result["node"] = self.node
+        return result
+
+    def _neighbours_serving(self):
+        """A neighbour that a trial ran out of memory (systemd restarts it, perhaps while the trial still held its
+        memory) is restarted on its own last-known-good value and must answer; what still does not is named. The
+        pair, restarted, must hold the joint load once more."""
+        lost, restarts = [], []
+        for unit, before in sorted(self.neighbours.items()):
+            now = yield self._fingerprint(unit)
+            if now["running"] and now.get("invocation_id") == before.get("invocation_id"):
+                continue
+            yield say("%s: %s, which shares its GPUs, stopped or restarted during the search: restarting it on its "
+                      "last-known-good value" % (self.label, unit))
+            self.changed = True
+            restarted = yield call("kv_trial", {"unit": unit, "state": "reverted"}, may_fail=True)
+            ready = yield self._ready(restarted.get("invocation_id"), unit, now.get("url") or before.get("url"),
+                                      may_fail=True)
+            if restarted.get("failed") or not ready.get("ready"):
+                lost.append("%s, which shares the GPUs of %s, DOES NOT SERVE: %s" % (
+                    unit, self.args["unit"], restarted.get("msg") or "%s: %s" % (ready.get("reason"), ready.get("detail"))))
+            else:
+                restarts.append(unit)
+        if restarts and not lost:
+            stress = yield from self._load()
+            if not stress.get("held") or (stress.get("min_free_gib") or 0) < self.args["safety_gib"]:
+                lost.append("%s and %s, restarted on their last-known-good values, do not hold the load together "
+                            "with %s GiB to spare (%s): run tune_kv.yml again" % (
+                                self.args["unit"], ", ".join(restarts), self.args["safety_gib"],
+                                stress.get("failure_reason") or "%s GiB free" % stress.get("min_free_gib")))
+        return lost
