@@ -156,11 +156,10 @@ def test_every_entry_point_takes_the_options_of_main_as_main_does():
 def test_the_action_and_the_docs_type_the_option_as_the_role_does(role_name, name):
     role, action, doc = ROLE_OPTIONS[role_name], ARGUMENT_SPEC[name], DOCS[name]
     for key in ("type", "elements"):
-        assert action.get(key) == role.get(key), "%s %s: action %r, role %r" % (name, key, action.get(key),
-                                                                                 role.get(key))
+        assert action.get(key) == role.get(key), "%s %s: action %r, role %r" % (
+            name, key, action.get(key), role.get(key))
         assert doc.get(key) == role.get(key), "%s %s: docs %r, role %r" % (name, key, doc.get(key), role.get(key))
-    for key in ("choices",):
-        assert action.get(key) == role.get(key) == doc.get(key), name
+    assert action.get("choices") == role.get("choices") == doc.get("choices"), name
     # Module docs carry no no_log (validate-modules has no such key); the argument specs must agree.
     assert bool(action.get("no_log")) == bool(role.get("no_log")), name
     assert action.get("required", False) == role.get("required", False) == doc.get("required", False), name
