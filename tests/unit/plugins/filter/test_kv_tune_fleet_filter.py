@@ -1,0 +1,51 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""kv_tune_fleet_plan as probe.yml calls it: over hostvars, once."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmserve.sglang.plugins.filter import kv_tune_fleet
+
+REPO = Path(__file__).resolve().parents[4]
+KEY = "A" * 64
+
+
+def hostvars():
+    probe = {"unit": "sglang.service", "status": "would_tune", "fingerprint_hash": KEY, "pin": None}
+    return {"a1": {"kv_tune_probe": probe}, "a2": {"kv_tune_probe": dict(probe)},
+            "a3": {"kv_tune_probe": dict(probe, status="unchanged",
+                                         pin={"fingerprint_hash": KEY, "mem_fraction_static": 0.9})},
+            "gone": {}}
+
+
+def test_the_plan_over_hostvars():
+    plan = kv_tune_fleet.kv_tune_fleet_plan(hostvars(), ["a1", "a2", "a3", "gone"], strategy="per_class")
+    assert plan["groups"]["kv_tune_todo"] == ["a1", "a2", "gone"]
+    assert plan["groups"]["kv_tune_canaries"] == []
+    assert plan["hosts"]["a3"]["unchanged"] and plan["hosts"]["a1"]["class"]["units"]["sglang.service"]["value"] == 0.9
+    assert plan["hosts"]["gone"]["class"]["lines"] == ["gone: alone of class None: no fingerprint: the host did not answer"]
+
+
+def test_per_host_by_default():
+    plan = kv_tune_fleet.kv_tune_fleet_plan(hostvars(), ["a1", "a2"])
+    assert plan["classes"] == {} and plan["hosts"]["a1"]["class"] is None
+
+
+def test_hosts_must_be_a_list():
+    with pytest.raises(AnsibleFilterError, match="expects a list of hosts, got str"):
+        kv_tune_fleet.kv_tune_fleet_plan(hostvars(), "a1")
+
+
+def test_sidecar_docs():
+    assert sorted(kv_tune_fleet.FilterModule().filters()) == ["kv_tune_fleet_plan"]
+    doc = yaml.safe_load((REPO / "plugins" / "filter" / "kv_tune_fleet_plan.yml").read_text())
+    assert set(doc) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}
+    assert doc["DOCUMENTATION"]["name"] == "kv_tune_fleet_plan"
+    assert set(doc["DOCUMENTATION"]["options"]) == {"_input", "hosts", "strategy", "force", "probe_var"}
+    assert "llmserve.sglang.kv_tune_fleet_plan" in doc["EXAMPLES"]
