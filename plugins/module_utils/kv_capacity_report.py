@@ -91,13 +91,39 @@ def _hicache(tokens, cell, page_size, ranks, hicache_ratio, hicache_size_gb):
     return out
 
 
-def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, *, tp_size=1, dp_size=1,
-             enable_dp_attention=False, kv_cache_dtype="auto", page_size=1, sglang_version=None,
-             target_tokens=None, max_total_tokens=None, speculative_algorithm=None, draft_layers=None,
-             speculative_num_steps=None, speculative_eagle_topk=None, speculative_num_draft_tokens=None,
-             max_running_requests=None, swa_full_tokens_ratio=0.8, dsa_kv_layout="auto", mm_feature_transport=None,
-             observed=None, free_after_start_gib=None, safety_margin_gib=2.0, hicache_ratio=None, hicache_size_gb=None,
-             mamba_ssm_dtype=None, mamba_full_memory_ratio=None, max_mamba_cache_size=None, disable_radix_cache=False):
+# What capacity() reads besides the model, f, P and A: the server arguments, at SGLang's defaults, and the report's
+# what-ifs (module docs of kv_capacity). Given by name; a name not here is an error, never ignored.
+CAPACITY_OPTIONS = {
+    "tp_size": 1, "dp_size": 1, "enable_dp_attention": False, "kv_cache_dtype": "auto", "page_size": 1,
+    "sglang_version": None, "max_total_tokens": None, "max_running_requests": None, "swa_full_tokens_ratio": 0.8,
+    "dsa_kv_layout": "auto", "mm_feature_transport": None,
+    # speculative decoding
+    "speculative_algorithm": None, "draft_layers": None, "speculative_num_steps": None,
+    "speculative_eagle_topk": None, "speculative_num_draft_tokens": None,
+    # the state pool of hybrid linear-attention models
+    "mamba_ssm_dtype": None, "mamba_full_memory_ratio": None, "max_mamba_cache_size": None,
+    "disable_radix_cache": False,
+    # what-ifs: a pool to reach, the idle headroom, a host-memory cache, a boot to compare with
+    "target_tokens": None, "free_after_start_gib": None, "safety_margin_gib": 2.0, "hicache_ratio": None,
+    "hicache_size_gb": None, "observed": None,
+}
+
+
+class CapacityOptions(object):
+    """capacity()'s options as attributes: CAPACITY_OPTIONS with the given ones over them, checked."""
+
+    def __init__(self, options):
+        unknown = sorted(set(options) - set(CAPACITY_OPTIONS))
+        if unknown:
+            raise KvModelError("capacity() has no option %s" % ", ".join(unknown))
+        for name, default in CAPACITY_OPTIONS.items():
+            setattr(self, name, options.get(name, default))
+        checks.integer("page_size", self.page_size, KvModelError, minimum=1)
+        for name in ("max_total_tokens", "target_tokens", "max_running_requests"):
+            checks.integer(name, getattr(self, name), KvModelError, minimum=1, allow_none=True)
+
+
+def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, **options):
     """The KV pool SGLang builds for one model, server arguments, P, A and f; what f a target needs; and, with
     observed startup facts (the sglang_startup_facts module's result), how far the prediction is from the log.
 
@@ -123,45 +149,13 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     GPU pool.
     """
     p, a, f = check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static)
-    checks.integer("page_size", page_size, KvModelError, minimum=1)
-    checks.integer("max_total_tokens", max_total_tokens, KvModelError, minimum=1, allow_none=True)
-    checks.integer("target_tokens", target_tokens, KvModelError, minimum=1, allow_none=True)
-    checks.integer("max_running_requests", max_running_requests, KvModelError, minimum=1, allow_none=True)
-    cell, plan = cell_and_plan(shape, tp_size, dp_size, enable_dp_attention, kv_cache_dtype, sglang_version,
-                               speculative_algorithm, draft_layers, swa_full_tokens_ratio, dsa_kv_layout)
-    shape = plan["shape"]
-    mm = mm_reservation_gib(shape, sglang_version, mm_feature_transport)
-    swa = plan["swa"]
+    o = CapacityOptions(options)
+    model = _PoolModel(shape, p, a, o)
+    shape, plan, cell, mm, swa, per_request = model.shape, model.plan, model.cell, model.mm, model.swa, model.per_request
     issues = []
-    pool_args = dict(page_size=page_size, max_total_tokens=max_total_tokens, sglang_version=sglang_version,
-                     speculative_algorithm=plan["speculative_algorithm"], max_running_requests=max_running_requests,
-                     speculative_num_steps=speculative_num_steps, speculative_eagle_topk=speculative_eagle_topk,
-                     speculative_num_draft_tokens=speculative_num_draft_tokens, architecture=shape.architecture,
-                     swa=swa)
-
-    per_request = None
-    if shape.linear_state is not None:
-        if plan["speculative_algorithm"]:
-            raise KvModelError("speculative decoding with a hybrid linear-attention model is not modelled: SGLang "
-                               "reserves state for every draft token")
-        per_request = state_bytes_per_request(shape.linear_state, plan["attn_tp"], sglang_version, mamba_ssm_dtype)
-    state_args = dict(sglang_version=sglang_version, ratio=mamba_full_memory_ratio,
-                      max_mamba_cache_size=max_mamba_cache_size, disable_radix_cache=disable_radix_cache,
-                      max_running_requests=max_running_requests, dp_size=dp_size if enable_dp_attention else 1,
-                      radix_forced_off=shape.linear_state is not None and shape.linear_state.kind == "mamba2")
-
-    def sizes_at(frac):
-        rest = a - p * (1 - frac) - mm
-        if per_request is None:
-            return pool_sizes(rest, cell, **pool_args)
-        slots, state_gib = state_slots(rest, per_request, **state_args)
-        sizes = pool_sizes(rest - state_gib if slots > 0 else 0.0, cell, **pool_args)
-        sizes.update(mamba_cache_size=slots, mamba_state_gib=state_gib)
-        return sizes
-
     budget = a - p * (1 - f)
     lowest = lowest_viable_fraction(p, a, mm_reservation_gib=mm)
-    sizes = sizes_at(f)
+    sizes = model.sizes_at(f)
     tokens = sizes["max_total_num_tokens"]
     if tokens == 0:
         issues.append("the KV budget at mem_fraction_static=%r is %.3f GiB: SGLang refuses to start (raise "
@@ -173,23 +167,9 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
         swa_tokens = sizes["swa_max_total_num_tokens"] or 0
         pool_bytes = (tokens * swa["full_bytes"] * full_layers + swa_tokens * swa["swa_bytes"] * swa["swa_layers"]
                       if swa["full_layers"] else swa_tokens * swa["swa_bytes"] * swa["swa_layers"])
-    pools = dp_size if checks.is_integer(dp_size) else 1
-
-    for_target = None
-    if target_tokens is not None:
-        def tokens_at(frac):
-            return sizes_at(frac)["max_total_num_tokens"]
-        # The whole model's pool (speculative headroom, hybrid SWA, the cap) above the same lowest f.
-        for_target = smallest_fraction(tokens_at, target_tokens, lowest, F_MAX)
-        if for_target is None:
-            reach = tokens_at(F_MAX)
-            why = ("max_total_tokens=%d caps the pool" % max_total_tokens
-                   if max_total_tokens is not None and max_total_tokens < target_tokens
-                   else "even mem_fraction_static -> 1 gives %d tokens" % reach)
-            issues.append("target_tokens %d is out of reach: %s" % (target_tokens, why))
-
+    pools = o.dp_size if checks.is_integer(o.dp_size) else 1
     result = {
-        "sglang_era": kv_era(sglang_version),
+        "sglang_era": kv_era(o.sglang_version),
         "attention": shape.attention,
         "kv_cache_dtype": plan["kv_cache_dtype"],
         "cell_size_bytes": cell if isinstance(cell, int) else round(cell, 3),
@@ -203,7 +183,7 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
         "kv_pools": pools,
         "total_kv_tokens": tokens * pools,
         "min_mem_fraction_static": round(lowest, 6),
-        "mem_fraction_for_target": for_target,
+        "mem_fraction_for_target": _for_target(model, o, lowest, issues),
         "issues": issues,
     }
     result["mem_fraction_static"] = f
@@ -213,12 +193,72 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     if per_request is not None and sizes["mamba_cache_size"] <= 0:
         issues.append("the budget at mem_fraction_static=%r leaves no slot for the hybrid model's state pool "
                       "(%.1f MiB per request): SGLang refuses to start" % (f, per_request / 2 ** 20))
-    result.update(_idle_headroom(f, p, a, mm, sizes_at, observed, free_after_start_gib, safety_margin_gib, issues))
-    ranks = (tp_size if enable_dp_attention else tp_size * pools)
-    result.update(_hicache(tokens, plan["target_cell"], page_size, ranks, hicache_ratio, hicache_size_gb))
-    if observed:
-        seen = _observed_tokens(observed)
+    result.update(_idle_headroom(f, p, a, mm, model.sizes_at, o.observed, o.free_after_start_gib, o.safety_margin_gib,
+                                 issues))
+    ranks = (o.tp_size if o.enable_dp_attention else o.tp_size * pools)
+    result.update(_hicache(tokens, plan["target_cell"], o.page_size, ranks, o.hicache_ratio, o.hicache_size_gb))
+    if o.observed:
+        seen = _observed_tokens(o.observed)
         result["observed_tokens"] = seen
         result["predicted_tokens"] = tokens
         result["prediction_error_pct"] = (round((tokens - seen) / seen * 100, 4) if seen else None)
     return result
+
+
+class _PoolModel(object):
+    """The pools SGLang sizes for one model and its options at any f, from P and A: the KV cell and plan
+    (kv_cell), the multimodal reservation, and for a hybrid linear-attention model its state pool, carved first."""
+
+    def __init__(self, shape, p, a, o):
+        self.p, self.a = p, a
+        self.cell, self.plan = cell_and_plan(shape, o.tp_size, o.dp_size, o.enable_dp_attention, o.kv_cache_dtype,
+                                             o.sglang_version, o.speculative_algorithm, o.draft_layers,
+                                             o.swa_full_tokens_ratio, o.dsa_kv_layout)
+        self.shape = shape = self.plan["shape"]
+        self.mm = mm_reservation_gib(shape, o.sglang_version, o.mm_feature_transport)
+        self.swa = self.plan["swa"]
+        self.pool_args = dict(
+            page_size=o.page_size, max_total_tokens=o.max_total_tokens, sglang_version=o.sglang_version,
+            speculative_algorithm=self.plan["speculative_algorithm"], max_running_requests=o.max_running_requests,
+            speculative_num_steps=o.speculative_num_steps, speculative_eagle_topk=o.speculative_eagle_topk,
+            speculative_num_draft_tokens=o.speculative_num_draft_tokens, architecture=shape.architecture,
+            swa=self.swa)
+        self.per_request = None
+        if shape.linear_state is not None:
+            if self.plan["speculative_algorithm"]:
+                raise KvModelError("speculative decoding with a hybrid linear-attention model is not modelled: SGLang "
+                                   "reserves state for every draft token")
+            self.per_request = state_bytes_per_request(shape.linear_state, self.plan["attn_tp"], o.sglang_version,
+                                                       o.mamba_ssm_dtype)
+        self.state_args = dict(
+            sglang_version=o.sglang_version, ratio=o.mamba_full_memory_ratio,
+            max_mamba_cache_size=o.max_mamba_cache_size, disable_radix_cache=o.disable_radix_cache,
+            max_running_requests=o.max_running_requests, dp_size=o.dp_size if o.enable_dp_attention else 1,
+            radix_forced_off=shape.linear_state is not None and shape.linear_state.kind == "mamba2")
+
+    def sizes_at(self, frac):
+        rest = self.a - self.p * (1 - frac) - self.mm
+        if self.per_request is None:
+            return pool_sizes(rest, self.cell, **self.pool_args)
+        slots, state_gib = state_slots(rest, self.per_request, **self.state_args)
+        sizes = pool_sizes(rest - state_gib if slots > 0 else 0.0, self.cell, **self.pool_args)
+        sizes.update(mamba_cache_size=slots, mamba_state_gib=state_gib)
+        return sizes
+
+
+def _for_target(model, o, lowest, issues):
+    """The smallest f whose whole-model pool (speculative headroom, hybrid SWA, the cap) holds target_tokens, above
+    the same lowest f; None without a target or out of reach (said in ``issues``)."""
+    if o.target_tokens is None:
+        return None
+
+    def tokens_at(frac):
+        return model.sizes_at(frac)["max_total_num_tokens"]
+    for_target = smallest_fraction(tokens_at, o.target_tokens, lowest, F_MAX)
+    if for_target is None:
+        reach = tokens_at(F_MAX)
+        why = ("max_total_tokens=%d caps the pool" % o.max_total_tokens
+               if o.max_total_tokens is not None and o.max_total_tokens < o.target_tokens
+               else "even mem_fraction_static -> 1 gives %d tokens" % reach)
+        issues.append("target_tokens %d is out of reach: %s" % (o.target_tokens, why))
+    return for_target
