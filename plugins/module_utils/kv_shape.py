@@ -228,7 +228,10 @@ def _kv_heads(text, config, where):
 
 def model_shape(config, dtype="auto"):
     """Read what the KV cache depends on from a Hugging Face config.json (a dict), following text_config,
-    language_config, llm_config or thinker_config for multimodal models. `dtype` is SGLang's --dtype."""
+    language_config, llm_config or thinker_config for multimodal models. `dtype` is SGLang's --dtype.
+
+    One function on purpose (89 lines): the attention kinds are tried in SGLang's own order (compressed, MLA, then
+    the head count rules), and that order is the logic; the readers of each kind are the helpers it calls."""
     if isinstance(config, ModelShape):
         return config
     if not isinstance(config, dict):
