@@ -1,8 +1,9 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Measured numbers of the simulated-host tests (restarts, wall time), printed at the end of the run.
+"""Every test here needs simulated hosts: where they cannot run (no root, no namespaces) a test is skipped.
 
+Measured numbers of the simulated-host tests (restarts, wall time), printed at the end of the run.
 `make simhosts` runs the files on two pytest-xdist workers (one file per worker at a time): the lines go to a file
 beside the repository's .tmp that the controlling process prints."""
 from __future__ import annotations
@@ -11,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from simhost_lib import cannot_run_nspawn
+
 _FILE = Path(__file__).resolve().parents[2] / ".tmp" / "simhosts-measured.txt"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before any fixture (the hosts' `up` among them) of a test of this directory."""
+    reason = cannot_run_nspawn()
+    if reason is not None:
+        pytest.skip(reason)
 
 
 def _is_worker(config) -> bool:
