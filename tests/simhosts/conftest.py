@@ -1,7 +1,8 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Every test here needs simulated hosts: where they cannot run (no root, no namespaces) a test is skipped.
+"""Every test here needs simulated hosts: where they cannot run (no root, no namespaces) a test is skipped, and with
+CI=true in the environment it fails with the reason instead (a CI machine that cannot run them must not pass green).
 
 Measured numbers of the simulated-host tests (restarts, wall time), printed at the end of the run.
 `make simhosts` runs the files on two pytest-xdist workers (one file per worker at a time): the lines go to a file
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from simhost_lib import cannot_run_nspawn
+from simhost_lib import cannot_run_nspawn, in_ci
 
 _FILE = Path(__file__).resolve().parents[2] / ".tmp" / "simhosts-measured.txt"
 
@@ -22,6 +23,8 @@ def pytest_runtest_setup(item):
     """Before any fixture (the hosts' `up` among them) of a test of this directory."""
     reason = cannot_run_nspawn()
     if reason is not None:
+        if in_ci():
+            pytest.fail(f"CI=true and simulated hosts cannot run here: {reason}", pytrace=False)
         pytest.skip(reason)
 
 

@@ -57,6 +57,11 @@ def cannot_run_nspawn() -> str | None:
     return None
 
 
+def in_ci() -> bool:
+    """CI=true (GitHub Actions, GitLab CI and most others set it): a test that cannot run fails instead of skipping."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
 # --- hosts up, and deployed by site.yml ------------------------------------------------------------------------------
 
 def simulator_wheelhouse(tmp: Path) -> str:
