@@ -9,6 +9,7 @@ keeps its own host prefix, so files never touch each other's hosts (`make simhos
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
@@ -208,10 +209,38 @@ def wait_for(condition, timeout: float, step: float = 0.5) -> bool:
 
 # --- what a host says, over the tool's ssh ---------------------------------------------------------------------------
 
+_MUX_DIR: list[str] = []
+
+
+def _ssh_argv(host: str) -> list[str]:
+    """ssh to a simulated host as `simhosts.py ssh HOST` does (its key and options, its address from the state file),
+    through one master connection per host and boot (OpenSSH ControlMaster): a test's many probes of a host cost
+    one ssh handshake instead of one Python start and handshake each (and the polling loops no CPU to speak of)."""
+    state = json.loads((STATE_DIR / "state.json").read_text(encoding="utf-8"))
+    entry = state["hosts"].get(host)
+    assert entry and entry.get("address"), f"no simulated host {host!r} in {STATE_DIR / 'state.json'}"
+    if not _MUX_DIR:
+        _MUX_DIR.append(tempfile.mkdtemp(prefix="simhosts-ssh-"))
+    control = Path(_MUX_DIR[0]) / f"{host}-{entry.get('pid')}"      # a host made again gets a master of its own
+    return ["ssh", "-i", str(STATE_DIR / "ssh" / "id_ed25519"), "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=3", "-o", "ControlMaster=auto", "-o", f"ControlPath={control}",
+            "-o", "ControlPersist=120", f"root@{entry['address']}"]
+
+
+@atexit.register
+def _close_ssh_masters() -> None:
+    for directory in _MUX_DIR:
+        for control in Path(directory).iterdir():
+            subprocess.run(["ssh", "-o", f"ControlPath={control}", "-O", "exit", "simhost"], capture_output=True,
+                           timeout=10, check=False)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def ssh(host: str, command: str, stdin: str | None = None, check: bool = True) -> str:
-    """stdout of a shell command line on a host (over the tool's ssh; ``command`` is one shell line)."""
-    proc = subprocess.run([sys.executable, str(TOOL), "ssh", host, "--", command],
-                          input=stdin, capture_output=True, text=True, timeout=300, check=False)
+    """stdout of a shell command line on a host (``command`` is one shell line)."""
+    proc = subprocess.run([*_ssh_argv(host), command], input=stdin, capture_output=True, text=True, timeout=300,
+                          check=False)
     assert proc.returncode == 0 or not check, f"{host}: {command}: {proc.stdout}{proc.stderr}"
     return proc.stdout
 
