@@ -112,9 +112,10 @@ sim: venv
 
 # Simulated hosts (nspawn containers over ssh) with the simulator installed from the wheelhouse.
 # Two workers, one test file each at a time (the files' hosts have their own prefixes; simhosts serialises the
-# host changes): the hosts wait on Ansible and the simulator far more than on the CPU.
+# host changes): the hosts wait on Ansible and the simulator far more than on the CPU. The longest files first
+# (tests/simhosts/conftest.py, FILE_SECONDS), in that order rather than pytest-xdist's by number of tests.
 simhosts: venv wheelhouse
-	$(BIN)/pytest -q -n 2 --dist loadfile tests/simhosts
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/simhosts
 
 # Roles on simulated hosts: create, converge, idempotence, testinfra verify, destroy.
 molecule: venv wheelhouse

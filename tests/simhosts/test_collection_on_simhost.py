@@ -9,50 +9,13 @@ read nvidia-smi, the unit's journal and the model's config.json on the host, as 
 """
 from __future__ import annotations
 
-import shutil
-import sys
-import tempfile
-from pathlib import Path
-
-import ansible_runner
 import pytest
 
-from test_simhosts import REPO, _cannot_run_nspawn, simhosts, simulator_wheelhouse
+from simhost_lib import REPO, play, simhosts, simulator_wheelhouse
 
 PREFIX = "simint"
 HOST = f"{PREFIX}1"
 MIB = 2 ** 20
-
-pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
-
-
-class Played:
-    """What one ansible-runner run reported, read before its private data directory is removed."""
-
-    def __init__(self, runner: ansible_runner.Runner):
-        self.status = runner.status
-        self.stats = runner.stats or {}
-        self.stdout = runner.stdout.read()
-        self.results = {}
-        for event in runner.events:
-            if event.get("event") in ("runner_on_ok", "runner_on_failed"):
-                data = event["event_data"]
-                self.results[data["task"]] = dict(data["res"], failed=event["event"] == "runner_on_failed")
-
-
-def play(inventory: Path, tasks: list | None = None, playbook: Path | None = None,
-         extravars: dict | None = None, cmdline: str | None = None) -> Played:
-    """Run tasks (or a playbook) on the host through ansible-runner; ``cmdline``: more ansible-playbook options."""
-    private = Path(tempfile.mkdtemp(prefix="simint-runner-"))
-    try:
-        return Played(ansible_runner.run(
-            private_data_dir=str(private), inventory=str(inventory), quiet=True, timeout=600,
-            playbook=str(playbook) if playbook else [{"hosts": "all", "gather_facts": False, "tasks": tasks}],
-            project_dir=str(REPO), extravars=extravars or {}, cmdline=cmdline,
-            envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-                     "ANSIBLE_COLLECTIONS_PATH": str(Path(sys.prefix) / "collections")}))
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -22,10 +22,8 @@ import time
 
 import pytest
 
-from test_collection_on_simhost import play
-from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
-from test_tune_kv_on_simhost import (HOST_JSON, fact, invocation, oracle_max_at, report, running_fraction, set_faults,
-                                     ssh)
+from simhost_lib import (HOST_JSON, deployed, fact, invocation, oracle_max_at, play, report, running_fraction,
+                         set_faults, ssh, tune)
 
 PREFIX = "simfleet"
 PROFILES = ["field", "field", "field", "h100-llama70b", "h100-llama70b", "h100-llama70b"]
@@ -39,14 +37,10 @@ RES = 0.005
 START = 0.96
 SPENT = {}
 
-pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
-
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    with sim_inventory(tmp_path_factory.mktemp("simfleet"), PREFIX, PROFILES) as inventory:
-        site = play(inventory, playbook=REPO / "playbooks" / "site.yml", extravars={"site_hosts": "all"})
-        assert site.status == "successful", site.stdout[-5000:]
+    with deployed(tmp_path_factory.mktemp("simfleet"), PREFIX, PROFILES, extravars={"site_hosts": "all"}) as inventory:
         set_faults(HELD, gpu_occupied_mib={"3": 8192})
         memory = json.loads(ssh(ODD, f"cat {HOST_JSON}")).get("memory") or {}
         set_faults(ODD, _memory=dict(memory, workspace_mib=memory.get("workspace_mib", 64) + 1536))
@@ -59,8 +53,7 @@ def fleet(tmp_path_factory):
 
 def tune_fleet(fleet, reports, **extravars):
     started = time.monotonic()
-    run = play(fleet, playbook=REPO / "playbooks" / "tune_kv.yml",
-               extravars={"kv_tune_report_dir": str(reports), "kv_tune_serial": "100%", **extravars})
+    run = tune(fleet, reports, serial="100%", **extravars)
     return run, time.monotonic() - started
 
 

@@ -17,28 +17,17 @@ import re
 
 import pytest
 
-from test_collection_on_simhost import play
-from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
-from test_tune_kv_on_simhost import (
-    PIN_DROPIN, RESOLUTION, fact, invocation, oracle_max, report, running_fraction, set_faults, ssh, trial_left)
+from simhost_lib import (PIN_DROPIN, REPO, RESOLUTION, deployed, fact, invocation, oracle_max, play, report,
+                         running_fraction, set_faults, ssh, trial_left, tune)
 
 PREFIX = "simhybrid"
 HOST = f"{PREFIX}1"
 
-pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
-
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    with sim_inventory(tmp_path_factory.mktemp("simhybrid"), PREFIX, ["single-gpu-hybrid"]) as inventory:
-        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
-        assert site.status == "successful", site.stdout[-5000:]
+    with deployed(tmp_path_factory.mktemp("simhybrid"), PREFIX, ["single-gpu-hybrid"]) as inventory:
         yield inventory
-
-
-def tune(inventory, reports, **extravars):
-    return play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
-                extravars={"kv_tune_report_dir": str(reports), **extravars})
 
 
 def test_a_hybrid_model_is_tuned_to_the_oracle(host, tmp_path):

@@ -17,37 +17,28 @@ import json
 import pytest
 import yaml
 
-from test_collection_on_simhost import play
-from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
-from test_tune_kv_on_simhost import (HOST_JSON, SAFETY_GIB, TRIAL_DROPIN, invocation, running_fraction, server_argv,
-                                     set_faults, ssh)
+from simhost_lib import (HOST_JSON, SAFETY_GIB, TRIAL_DROPIN, deployed, fact, invocation, running_fraction, server_argv,
+                         set_faults, ssh, tune, write_host_vars)
 
 PREFIX = "simnodes"
 NODES = [f"{PREFIX}1", f"{PREFIX}2"]
 RES = 0.005
 
-pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
+
+def _two_nodes(inventory):
+    """Node 0 on NODES[0], node 1 on NODES[1], joined at node 0's address; 4 GiB held on node 1's GPU 3."""
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())["sim"]["hosts"]
+    leader = hosts[NODES[0]]["ansible_host"]
+    write_host_vars(inventory, {host: {"sglang_service_server_args": {
+        "served_model_name": "llama-3.1-70b-instruct", "tp_size": 16, "nnodes": 2, "node_rank": rank,
+        "dist_init_addr": f"{leader}:5000"}} for rank, host in enumerate(NODES)})
+    set_faults(NODES[1], gpu_occupied_mib={"3": 4096})
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with sim_inventory(tmp_path_factory.mktemp("simnodes"), PREFIX, ["h100-llama70b"] * 2) as inventory:
-        hosts = yaml.safe_load((inventory / "hosts.yml").read_text())["sim"]["hosts"]
-        leader = hosts[NODES[0]]["ansible_host"]
-        for rank, host in enumerate(NODES):
-            args = {"served_model_name": "llama-3.1-70b-instruct", "tp_size": 16, "nnodes": 2, "node_rank": rank,
-                    "dist_init_addr": f"{leader}:5000"}
-            (inventory / "host_vars").mkdir(exist_ok=True)
-            (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump({"sglang_service_server_args": args}))
-        set_faults(NODES[1], gpu_occupied_mib={"3": 4096})
-        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
-        assert site.status == "successful", site.stdout[-6000:]
+    with deployed(tmp_path_factory.mktemp("simnodes"), PREFIX, ["h100-llama70b"] * 2, prepare=_two_nodes) as inventory:
         yield inventory
-
-
-def tune(inventory, reports, **extravars):
-    return play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
-                extravars={"kv_tune_report_dir": str(reports), **extravars})
 
 
 def oracle_max() -> float:
@@ -63,10 +54,6 @@ def oracle_max() -> float:
     return json.loads(out)["max_mem_fraction_static"]
 
 
-def pin(host: str) -> dict:
-    return json.loads(ssh(host, "cat /etc/ansible/facts.d/sglang_kv.fact"))["sglang.service"]
-
-
 def test_the_server_is_tuned_as_one_and_pinned_on_both_nodes(server, tmp_path, measured):
     run = tune(server, tmp_path)
     assert run.status == "successful", run.stdout[-8000:]
@@ -76,7 +63,7 @@ def test_the_server_is_tuned_as_one_and_pinned_on_both_nodes(server, tmp_path, m
     truth = oracle_max()
     assert truth - RES - 1e-9 <= value <= truth + 1e-9, (value, truth, result["trials"])
     for host in NODES:
-        assert pin(host)["mem_fraction_static"] == pytest.approx(value)
+        assert fact(host)["mem_fraction_static"] == pytest.approx(value)
         assert running_fraction(host) == pytest.approx(value)
     # Node 1's GPUs were watched under every load, and the least free GPU of the server was one of them.
     loaded = [trial for trial in result["trials"] if trial["min_free_gib_per_gpu"]]
@@ -111,7 +98,7 @@ def test_a_start_that_runs_node_1_out_of_memory_backs_off_from_node_1s_failure(s
     value, truth = result["after"]["mem_fraction_static"], oracle_max()
     assert truth - RES - 1e-9 <= value <= truth + 1e-9, (value, truth, result["trials"])
     for host in NODES:
-        assert pin(host)["mem_fraction_static"] == pytest.approx(value)
+        assert fact(host)["mem_fraction_static"] == pytest.approx(value)
         assert running_fraction(host) == pytest.approx(value)
         assert ssh(host, f"test -e {TRIAL_DROPIN} && echo left || echo none").strip() == "none"
 

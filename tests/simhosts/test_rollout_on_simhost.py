@@ -17,16 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from test_collection_on_simhost import play
-from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
-from test_tune_kv_on_simhost import invocation, set_faults, ssh
+from simhost_lib import REPO, deployed, invocation, play, set_faults, ssh, tune
 
 PREFIX = "simroll"
 PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b", f"{PREFIX}3": "field"}
 CANARY = f"{PREFIX}1"
 HOOKS = REPO / "playbooks" / "rollout_hooks"
-
-pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
 
 
 class LoadBalancer(ThreadingHTTPServer):
@@ -50,13 +46,9 @@ class LoadBalancer(ThreadingHTTPServer):
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    with sim_inventory(tmp_path_factory.mktemp("simroll"), PREFIX, list(PROFILES.values())) as inventory:
-        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
-        assert site.status == "successful", site.stdout[-5000:]
-        tune = play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
-                    extravars={"kv_tune_report_dir": str(tmp_path_factory.mktemp("simroll-tune")),
-                               "kv_tune_serial": "100%"})
-        assert tune.status == "successful", tune.stdout[-5000:]
+    with deployed(tmp_path_factory.mktemp("simroll"), PREFIX, list(PROFILES.values())) as inventory:
+        tuned = tune(inventory, tmp_path_factory.mktemp("simroll-tune"), serial="100%")
+        assert tuned.status == "successful", tuned.stdout[-5000:]
         yield inventory
 
 

@@ -8,103 +8,24 @@ The simulator comes from $SIM_WHEELHOUSE (`make simhosts` sets it), else its whe
 """
 from __future__ import annotations
 
-import contextlib
-
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-import ansible_runner
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-TOOL = REPO / "tools" / "simhosts" / "simhosts.py"
+from simhost_lib import STATE_DIR, TOOL, ansible, simhosts, simulator_wheelhouse
+
 PREFIX = "simtest"
 COUNT = 4
-STATE_DIR = Path(os.environ.get("SIM_STATE_DIR", "/var/lib/llmserve-sim"))
-# ansible-runner starts ansible from PATH: use the one beside this interpreter (the venv's).
-os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-
-
-def _cannot_run_nspawn() -> str | None:
-    """Why containers cannot run here at all, or None. A missing systemd-nspawn is not a reason: the tool installs it."""
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, veths and systemd-nspawn)"
-    if shutil.which("unshare") is None:
-        return "util-linux unshare is missing, cannot probe for namespaces"
-    probe = subprocess.run(["unshare", "--mount", "--net", "--pid", "--uts", "--ipc", "--fork", "true"],
-                           capture_output=True, text=True, check=False)
-    if probe.returncode != 0:
-        return f"this machine cannot create the namespaces systemd-nspawn needs: {probe.stderr.strip()}"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
-
-
-def simulator_wheelhouse(tmp: Path) -> str:
-    """$SIM_WHEELHOUSE (`make simhosts` sets it), else the simulator's real wheels (sglang-sim and the stand-in
-    sglang wheels) built into tmp, as make would."""
-    wheelhouse = os.environ.get("SIM_WHEELHOUSE")
-    if wheelhouse:
-        return wheelhouse
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO / "tools" / "sglang_sim"),
-                    "-w", str(tmp / "wheelhouse")], check=True, capture_output=True, timeout=600)
-    subprocess.run([sys.executable, str(REPO / "tools" / "sglang_sim" / "build_standins.py"), str(tmp / "wheelhouse")],
-                   check=True, capture_output=True, timeout=600)
-    return str(tmp / "wheelhouse")
-
-
-@contextlib.contextmanager
-def sim_inventory(tmp: Path, prefix: str, profiles: list[str]):
-    """An inventory directory (``tmp``/inventory) with inventories/sim's group_vars (what `make demo` uses) and one
-    simulated host of ``prefix`` per profile, up while the block runs and removed after it. Nothing else goes into
-    that directory: Ansible reads every file in it as inventory."""
-    wheelhouse = simulator_wheelhouse(tmp)
-    inventory = tmp / "inventory"
-    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", inventory / "group_vars")
-    simhosts("up", "--count", str(len(profiles)), "--prefix", prefix, "--profile", ",".join(profiles),
-             "--inventory", str(inventory / "hosts.yml"), "--wheelhouse", wheelhouse)
-    try:
-        yield inventory
-    finally:
-        simhosts("down", "--prefix", prefix, check=False)
-
-
-def simhosts(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    """Run tools/simhosts; with check, a failure fails the test with the tool's output."""
-    proc = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=timeout, check=False)
-    if check:
-        assert proc.returncode == 0, f"simhosts {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def state_hosts() -> dict:
     path = STATE_DIR / "state.json"
     hosts = json.loads(path.read_text(encoding="utf-8"))["hosts"] if path.exists() else {}
     return {name: host for name, host in hosts.items() if host.get("prefix") == PREFIX}
-
-
-def ansible(inventory: Path, module: str, module_args: str | None = None) -> dict[str, dict]:
-    """Run one ad-hoc module on every host through ansible-runner; return each host's result."""
-    private = Path(tempfile.mkdtemp(prefix="simhosts-runner-"))
-    try:
-        runner = ansible_runner.run(
-            private_data_dir=str(private), inventory=str(inventory), host_pattern="all", module=module,
-            module_args=module_args or "", quiet=True, timeout=300,
-            envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
-        results = {}
-        for event in runner.events:
-            if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
-                data = event["event_data"]
-                results[data["host"]] = dict(data["res"], event=event["event"])
-        return results
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

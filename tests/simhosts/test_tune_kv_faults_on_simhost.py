@@ -9,6 +9,7 @@ The tests run in file order on one host, tuned once by the fixture; each puts th
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -21,24 +22,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_collection_on_simhost import play
-from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
-from test_tune_kv_on_simhost import (
-    PIN_DROPIN, fact, invocation, oracle_max, report, running_fraction, set_faults, ssh, trial_left, tune)
+import simhost_lib
+from simhost_lib import (FACT_FILE as FACT, PIN_DROPIN, REPO, controller, deployed, fact, invocation, oracle_max, play,
+                         report, running_fraction, set_faults, ssh, trial_left, wait_for)
 
 PREFIX = "simfault"
 HOST = f"{PREFIX}1"
-FACT = "/etc/ansible/facts.d/sglang_kv.fact"
 VENV = "/opt/sglang/venv"
 
-pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
+tune = functools.partial(simhost_lib.tune, serial="100%")
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    with sim_inventory(tmp_path_factory.mktemp("simfault"), PREFIX, ["field"]) as inventory:
-        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
-        assert site.status == "successful", site.stdout[-5000:]
+    with deployed(tmp_path_factory.mktemp("simfault"), PREFIX, ["field"]) as inventory:
         first = tune(inventory, tmp_path_factory.mktemp("first"))
         assert first.status == "successful", first.stdout[-5000:]
         yield inventory
@@ -53,26 +50,6 @@ def serving(fleet: Path, timeout: float = 60) -> bool:
     ready = {"unit": "sglang.service", "timeout": timeout}
     run = play(fleet, tasks=[{"name": "ready", "llmserve.sglang.sglang_ready": ready}])
     return bool(run.results["ready"]["ready"])
-
-
-def controller(fleet: Path, reports: Path, **extravars) -> subprocess.Popen:
-    """ansible-playbook tune_kv.yml in the background (its own session, output to reports/controller.log)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=str(Path(sys.prefix) / "collections"))
-    extravars = {"kv_tune_report_dir": str(reports), **extravars}
-    log = open(reports / "controller.log", "w", encoding="utf-8")  # pylint: disable=consider-using-with
-    return subprocess.Popen([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(fleet),
-                             str(REPO / "playbooks" / "tune_kv.yml"), "-e", json.dumps(extravars)], env=env,
-                            cwd=str(reports), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_for(condition, timeout: float, step: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return condition()
 
 
 # --- 1. root never runs what the served process controls -----------------------------------------------------------

@@ -10,107 +10,33 @@ local fact and the reports. The tests run in file order and build on each other'
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from test_collection_on_simhost import play
-from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
+import simhost_lib
+from simhost_lib import (PIN_DROPIN, REPO, RESOLUTION, SAFETY_GIB, controller, deployed, fact, invocation, oracle_max,
+                         oracle_max_at, play, report, running_fraction, server_argv, set_faults, ssh, trial_left)
 
 PREFIX = "simtune"
 PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b", f"{PREFIX}3": "h200-deepseek-v3"}
 FIELD = f"{PREFIX}1"
-RESOLUTION = 0.005
-SAFETY_GIB = 1.0
-PIN_DROPIN = "/etc/systemd/system/sglang.service.d/50-kv-tune.conf"
-TRIAL_DROPIN = "/run/systemd/system/sglang.service.d/90-kv-trial.conf"
-HOST_JSON = "/etc/sglang-sim/host.json"
 
-pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
+# All hosts at once: these tests are about each host's tune (test_a_failed_canary_... runs the default batches).
+tune = functools.partial(simhost_lib.tune, serial="100%")
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    with sim_inventory(tmp_path_factory.mktemp("simtune"), PREFIX, list(PROFILES.values())) as inventory:
-        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
-        assert site.status == "successful", site.stdout[-5000:]
+    with deployed(tmp_path_factory.mktemp("simtune"), PREFIX, list(PROFILES.values())) as inventory:
         yield inventory
-
-
-def tune(fleet: Path, reports: Path, limit: str | None = None, cmdline: str | None = None, **extravars):
-    # All hosts at once: these tests are about each host's tune (test_a_failed_canary_... runs the default batches).
-    extravars = {"kv_tune_report_dir": str(reports), "kv_tune_serial": "100%", **extravars}
-    if limit:
-        extravars["kv_tune_hosts"] = limit
-    return play(fleet, playbook=REPO / "playbooks" / "tune_kv.yml", extravars=extravars, cmdline=cmdline)
-
-
-def ssh(host: str, command: str, stdin: str | None = None, check: bool = True) -> str:
-    """stdout of a shell command line on a host (over the tool's ssh; ``command`` is one shell line)."""
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "simhosts" / "simhosts.py"), "ssh", host, "--", command],
-                          input=stdin, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0 or not check, f"{host}: {command}: {proc.stdout}{proc.stderr}"
-    return proc.stdout
-
-
-def invocation(host: str, unit: str = "sglang.service") -> str:
-    return ssh(host, f"systemctl show --property=InvocationID --value {unit}").strip()
-
-
-def server_argv(host: str, unit: str = "sglang.service") -> list[str]:
-    pid = ssh(host, f"systemctl show --property=MainPID --value {unit}").strip()
-    return [word for word in ssh(host, f"cat /proc/{pid}/cmdline").split("\0") if word]
-
-
-def running_fraction(host: str, unit: str = "sglang.service") -> float | None:
-    argv = server_argv(host, unit)
-    return float(argv[argv.index("--mem-fraction-static") + 1]) if "--mem-fraction-static" in argv else None
-
-
-def fact(host: str) -> dict:
-    return json.loads(ssh(host, "cat /etc/ansible/facts.d/sglang_kv.fact"))["sglang.service"]
-
-
-def trial_left(host: str) -> bool:
-    return ssh(host, f"test -e {TRIAL_DROPIN} && echo yes || echo no").strip() == "yes"
-
-
-def oracle_max(host: str) -> float:
-    """The simulator's ground truth for the server's own launch arguments, at the tuner's margin and grid."""
-    return oracle_max_at(host, RESOLUTION)
-
-
-def oracle_max_at(host: str, resolution: float) -> float:
-    """The simulator's ground truth for the server's own launch arguments, at the tuner's margin on a grid."""
-    argv = server_argv(host)
-    args = argv[argv.index("-m") + 2:]
-    if "--mem-fraction-static" in args:
-        index = args.index("--mem-fraction-static")
-        del args[index:index + 2]
-    out = ssh(host, " ".join(["/opt/sglang-sim/bin/sglang-sim-oracle", "--host", HOST_JSON, *args,
-                              "--safety-gib", str(SAFETY_GIB), "--resolution", str(resolution)]))
-    return json.loads(out)["max_mem_fraction_static"]
-
-
-def set_faults(host: str, **faults) -> None:
-    """Rewrite the simulated host's faults (and other host.json keys given as _key=value)."""
-    data = json.loads(ssh(host, f"cat {HOST_JSON}"))
-    data["faults"] = {key: value for key, value in faults.items() if not key.startswith("_")}
-    data.update({key[1:]: value for key, value in faults.items() if key.startswith("_")})
-    ssh(host, f"cat > {HOST_JSON}", stdin=json.dumps(data, indent=2) + "\n")
-
-
-def report(reports: Path, host: str) -> dict:
-    return json.loads((reports / f"{host}.json").read_text())
 
 
 # --- the fleet is tuned, pins agree, and a re-run does nothing ---------------------------------------------------
@@ -227,22 +153,17 @@ def test_a_killed_controller_leaves_the_host_to_revert_by_itself(fleet, tmp_path
     lkg = fact(FIELD)["mem_fraction_static"]
     # Every start now takes a minute: the controller is killed while it waits for the trial's server.
     set_faults(FIELD, slow_start_s=60, from_mem_fraction_static=0.5)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=str(Path(sys.prefix) / "collections"))
-    extravars = {"kv_tune_report_dir": str(tmp_path), "kv_tune_hosts": FIELD, "kv_tune_force": True,
-                 "kv_tune_start": round(lkg - 0.02, 3), "kv_tune_ready_timeout": 30, "kv_tune_confirm_timeout": 40}
-    controller = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(fleet), str(REPO / "playbooks" / "tune_kv.yml"),
-         "-e", json.dumps(extravars)], env=env, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
+    controller_run = controller(fleet, tmp_path, log=False, kv_tune_hosts=FIELD, kv_tune_force=True,
+                                kv_tune_start=round(lkg - 0.02, 3), kv_tune_ready_timeout=30,
+                                kv_tune_confirm_timeout=40)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not trial_left(FIELD):
             time.sleep(1)
         assert trial_left(FIELD), "no trial started"
         time.sleep(3)  # the trial's restart: the server is now loading the unverified value
-        os.killpg(controller.pid, signal.SIGKILL)
-        controller.wait(30)
+        os.killpg(controller_run.pid, signal.SIGKILL)
+        controller_run.wait(30)
         set_faults(FIELD)  # the revert's restart is quick again
         # The host alone: the timer fires 40 s after it was armed, removes the drop-in and restarts the unit.
         deadline = time.monotonic() + 120
@@ -254,8 +175,8 @@ def test_a_killed_controller_leaves_the_host_to_revert_by_itself(fleet, tmp_path
         assert ready.results["ready"]["ready"], ready.results
         assert running_fraction(FIELD) == pytest.approx(lkg)
     finally:
-        if controller.poll() is None:
-            os.killpg(controller.pid, signal.SIGKILL)
+        if controller_run.poll() is None:
+            os.killpg(controller_run.pid, signal.SIGKILL)
         set_faults(FIELD)
 
 

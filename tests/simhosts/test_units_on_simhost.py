@@ -15,14 +15,13 @@ sglang_service_instances:
 """
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
-import yaml
 
-from test_collection_on_simhost import play
-from test_simhosts import REPO, _cannot_run_nspawn, sim_inventory
-from test_tune_kv_on_simhost import HOST_JSON, SAFETY_GIB, invocation, running_fraction, server_argv, ssh
+import simhost_lib
+from simhost_lib import deployed, invocation, play, running_fraction, ssh, write_host_vars
 
 PREFIX = "simunits"
 HOST = f"{PREFIX}1"
@@ -39,17 +38,11 @@ DEPLOY = {
 }
 A_URL, B_URL = "http://127.0.0.1:30001", "http://127.0.0.1:30002"
 
-pytestmark = pytest.mark.skipif(_cannot_run_nspawn() is not None, reason=str(_cannot_run_nspawn()))
-
 
 @pytest.fixture(scope="module")
 def units(tmp_path_factory):
-    with sim_inventory(tmp_path_factory.mktemp("simunits"), PREFIX, ["h100-llama70b"] * 2) as inventory:
-        (inventory / "host_vars").mkdir()
-        for host, variables in DEPLOY.items():
-            (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(variables))
-        site = play(inventory, playbook=REPO / "playbooks" / "site.yml")
-        assert site.status == "successful", site.stdout[-5000:]
+    with deployed(tmp_path_factory.mktemp("simunits"), PREFIX, ["h100-llama70b"] * 2,
+                  prepare=lambda inventory: write_host_vars(inventory, DEPLOY)) as inventory:
         # site.yml starts both servers of SHARED at once; b sizes its pool from what a left free when started after.
         ssh(SHARED, "systemctl restart sglang@b.service")
         assert serving(inventory, "sglang@b.service", B_URL), "sglang@b.service of %s does not serve" % SHARED
@@ -77,28 +70,20 @@ def load(inventory, urls: list) -> dict:
         "url": urls[0], "also_urls": urls[1:], "duration": 3}, "failed_when": False})
 
 
-def tune(inventory, reports, host=HOST, **extravars):
-    return play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
-                extravars={"kv_tune_report_dir": str(reports), "kv_tune_hosts": host, **extravars})
+tune = functools.partial(simhost_lib.tune, limit=HOST)
 
 
 def oracle_max(unit: str) -> float:
     """The simulator's ground truth for the unit's own launch arguments, at the tuner's margin and grid."""
-    words = server_argv(HOST, unit)
-    args = words[words.index("-m") + 2:]
-    index = args.index("--mem-fraction-static")
-    del args[index:index + 2]
-    out = ssh(HOST, " ".join(["/opt/sglang-sim/bin/sglang-sim-oracle", "--host", HOST_JSON, *args,
-                              "--safety-gib", str(SAFETY_GIB), "--resolution", str(RES)]))
-    return json.loads(out)["max_mem_fraction_static"]
+    return simhost_lib.oracle_max_at(HOST, RES, unit)
 
 
 def facts() -> dict:
-    return json.loads(ssh(HOST, "cat /etc/ansible/facts.d/sglang_kv.fact"))
+    return simhost_lib.facts(HOST)
 
 
 def report(reports, unit: str) -> dict:
-    return json.loads((reports / ("%s_%s.json" % (HOST, unit[:-len(".service")]))).read_text())
+    return simhost_lib.report(reports, "%s_%s" % (HOST, unit[:-len(".service")]))
 
 
 def test_one_run_tunes_each_unit_on_its_own_gpus_and_pins_each(units, tmp_path, measured):
@@ -153,7 +138,7 @@ def test_servers_that_share_the_gpus_are_tuned_to_hold_a_joint_load(units, tmp_p
     assert not before["held"], before
     for unit, url in (("sglang@a.service", A_URL), ("sglang@b.service", B_URL)):
         assert serving(units, unit, url)     # systemd restarted the one that died
-    run = tune(units, tmp_path, host=SHARED)
+    run = tune(units, tmp_path, limit=SHARED)
     assert run.status == "successful", run.stdout[-8000:]
     pinned = json.loads(ssh(SHARED, "cat /etc/ansible/facts.d/sglang_kv.fact"))
     results = {unit: json.loads((tmp_path / ("%s_%s.json" % (SHARED, unit[:-len(".service")]))).read_text())
@@ -170,5 +155,5 @@ def test_servers_that_share_the_gpus_are_tuned_to_hold_a_joint_load(units, tmp_p
              for unit, result in results.items()]
     measured("two servers sharing 8 GPUs (TP8 + TP8), joint load: %s; min free under the joint load after: %s GiB"
              % (", ".join(lines), after["min_free_gib"]))
-    rerun = tune(units, tmp_path / "again", host=SHARED)
+    rerun = tune(units, tmp_path / "again", limit=SHARED)
     assert rerun.status == "successful" and rerun.stats["changed"].get(SHARED, 0) == 0, rerun.stdout[-5000:]

@@ -1,0 +1,302 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What the simulated-host tests share: hosts up and deployed, playbooks through ansible-runner, and what they read
+back from a host over the tool's ssh (the server's argv, its InvocationID, the pin, the oracle's value).
+
+Imported by the test files of this directory (pytest puts it on sys.path); no test file imports another. Each file
+keeps its own host prefix, so files never touch each other's hosts (`make simhosts` runs two files at a time).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import ansible_runner
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "tools" / "simhosts" / "simhosts.py"
+STATE_DIR = Path(os.environ.get("SIM_STATE_DIR", "/var/lib/llmserve-sim"))
+SITE = REPO / "playbooks" / "site.yml"
+TUNE_KV = REPO / "playbooks" / "tune_kv.yml"
+
+# The tuner's defaults (roles/kv_tune) that the tests judge its pins by.
+RESOLUTION = 0.005
+SAFETY_GIB = 1.0
+PIN_DROPIN = "/etc/systemd/system/sglang.service.d/50-kv-tune.conf"
+TRIAL_DROPIN = "/run/systemd/system/sglang.service.d/90-kv-trial.conf"
+HOST_JSON = "/etc/sglang-sim/host.json"
+FACT_FILE = "/etc/ansible/facts.d/sglang_kv.fact"
+
+# ansible-runner starts ansible from PATH: use the one beside this interpreter (the venv's).
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+
+
+# --- can this machine run them at all ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def cannot_run_nspawn() -> str | None:
+    """Why containers cannot run here at all, or None. A missing systemd-nspawn is not a reason: the tool installs it."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, veths and systemd-nspawn)"
+    if shutil.which("unshare") is None:
+        return "util-linux unshare is missing, cannot probe for namespaces"
+    probe = subprocess.run(["unshare", "--mount", "--net", "--pid", "--uts", "--ipc", "--fork", "true"],
+                           capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"this machine cannot create the namespaces systemd-nspawn needs: {probe.stderr.strip()}"
+    return None
+
+
+def in_ci() -> bool:
+    """CI=true (GitHub Actions, GitLab CI and most others set it): a test that cannot run fails instead of skipping."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+# --- hosts up, and deployed by site.yml ------------------------------------------------------------------------------
+
+def simulator_wheelhouse(tmp: Path) -> str:
+    """$SIM_WHEELHOUSE (`make simhosts` sets it), else the simulator's real wheels (sglang-sim and the stand-in
+    sglang wheels) built into tmp, as make would."""
+    wheelhouse = os.environ.get("SIM_WHEELHOUSE")
+    if wheelhouse:
+        return wheelhouse
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO / "tools" / "sglang_sim"),
+                    "-w", str(tmp / "wheelhouse")], check=True, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, str(REPO / "tools" / "sglang_sim" / "build_standins.py"), str(tmp / "wheelhouse")],
+                   check=True, capture_output=True, timeout=600)
+    return str(tmp / "wheelhouse")
+
+
+def simhosts(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    """Run tools/simhosts; with check, a failure fails the test with the tool's output."""
+    proc = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=timeout, check=False)
+    if check:
+        assert proc.returncode == 0, f"simhosts {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@contextlib.contextmanager
+def sim_inventory(tmp: Path, prefix: str, profiles: list[str]):
+    """An inventory directory (``tmp``/inventory) with inventories/sim's group_vars (what `make demo` uses) and one
+    simulated host of ``prefix`` per profile, up while the block runs and removed after it. Nothing else goes into
+    that directory: Ansible reads every file in it as inventory."""
+    wheelhouse = simulator_wheelhouse(tmp)
+    inventory = tmp / "inventory"
+    shutil.copytree(REPO / "inventories" / "sim" / "group_vars", inventory / "group_vars")
+    simhosts("up", "--count", str(len(profiles)), "--prefix", prefix, "--profile", ",".join(profiles),
+             "--inventory", str(inventory / "hosts.yml"), "--wheelhouse", wheelhouse)
+    try:
+        yield inventory
+    finally:
+        simhosts("down", "--prefix", prefix, check=False)
+
+
+@contextlib.contextmanager
+def deployed(tmp: Path, prefix: str, profiles: list[str], prepare=None, extravars: dict | None = None):
+    """sim_inventory's hosts, deployed by playbooks/site.yml (which must succeed) before the block runs.
+    ``prepare(inventory)`` runs between `up` and site.yml (host_vars, faults the deployment must see)."""
+    with sim_inventory(tmp, prefix, profiles) as inventory:
+        if prepare is not None:
+            prepare(inventory)
+        site = play(inventory, playbook=SITE, extravars=extravars)
+        assert site.status == "successful", site.stdout[-6000:]
+        yield inventory
+
+
+def write_host_vars(inventory: Path, host_vars: dict[str, dict]) -> None:
+    """inventory/host_vars/<host>.yml for each host."""
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    for host, variables in host_vars.items():
+        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(variables))
+
+
+# --- Ansible on the hosts --------------------------------------------------------------------------------------------
+
+def _envvars() -> dict:
+    return {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_COLLECTIONS_PATH": str(Path(sys.prefix) / "collections")}
+
+
+class Played:
+    """What one ansible-runner run reported, read before its private data directory is removed."""
+
+    def __init__(self, runner: ansible_runner.Runner):
+        self.status = runner.status
+        self.stats = runner.stats or {}
+        self.stdout = runner.stdout.read()
+        self.results = {}
+        for event in runner.events:
+            if event.get("event") in ("runner_on_ok", "runner_on_failed"):
+                data = event["event_data"]
+                self.results[data["task"]] = dict(data["res"], failed=event["event"] == "runner_on_failed")
+
+
+def play(inventory: Path, tasks: list | None = None, playbook: Path | None = None,
+         extravars: dict | None = None, cmdline: str | None = None) -> Played:
+    """Run tasks (or a playbook) on the hosts through ansible-runner; ``cmdline``: more ansible-playbook options."""
+    private = Path(tempfile.mkdtemp(prefix="simhosts-runner-"))
+    try:
+        return Played(ansible_runner.run(
+            private_data_dir=str(private), inventory=str(inventory), quiet=True, timeout=600,
+            playbook=str(playbook) if playbook else [{"hosts": "all", "gather_facts": False, "tasks": tasks}],
+            project_dir=str(REPO), extravars=extravars or {}, cmdline=cmdline, envvars=_envvars()))
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def ansible(inventory: Path, module: str, module_args: str | None = None) -> dict[str, dict]:
+    """Run one ad-hoc module on every host through ansible-runner; return each host's result."""
+    private = Path(tempfile.mkdtemp(prefix="simhosts-runner-"))
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private), inventory=str(inventory), host_pattern="all", module=module,
+            module_args=module_args or "", quiet=True, timeout=300,
+            envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
+        results = {}
+        for event in runner.events:
+            if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
+                data = event["event_data"]
+                results[data["host"]] = dict(data["res"], event=event["event"])
+        return results
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def tune(inventory: Path, reports: Path, limit: str | None = None, serial: str | None = None,
+         cmdline: str | None = None, **extravars) -> Played:
+    """playbooks/tune_kv.yml, its reports into ``reports``; ``limit``: kv_tune_hosts, ``serial``: kv_tune_serial
+    (None: the playbook's default batches, a canary first)."""
+    extravars = {"kv_tune_report_dir": str(reports), **extravars}
+    if serial:
+        extravars = {"kv_tune_serial": serial, **extravars}
+    if limit:
+        extravars["kv_tune_hosts"] = limit
+    return play(inventory, playbook=TUNE_KV, extravars=extravars, cmdline=cmdline)
+
+
+def controller(inventory: Path, reports: Path, log: bool = True, **extravars) -> subprocess.Popen:
+    """ansible-playbook tune_kv.yml in the background, in ``reports`` and a session of its own (os.killpg kills it
+    and its children); its output to reports/controller.log (``log``), else nowhere."""
+    env = dict(os.environ, **{key: value for key, value in _envvars().items() if key != "ANSIBLE_NOCOLOR"})
+    extravars = {"kv_tune_report_dir": str(reports), **extravars}
+    # pylint: disable-next=consider-using-with
+    out = open(reports / "controller.log", "w", encoding="utf-8") if log else subprocess.DEVNULL
+    return subprocess.Popen([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+                             str(TUNE_KV), "-e", json.dumps(extravars)], env=env, cwd=str(reports), stdout=out,
+                            stderr=subprocess.STDOUT if log else subprocess.DEVNULL, start_new_session=True)
+
+
+def wait_for(condition, timeout: float, step: float = 0.5) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` seconds passed; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+# --- what a host says, over the tool's ssh ---------------------------------------------------------------------------
+
+_MUX_DIR: list[str] = []
+
+
+def _ssh_argv(host: str) -> list[str]:
+    """ssh to a simulated host as `simhosts.py ssh HOST` does (its key and options, its address from the state file),
+    through one master connection per host and boot (OpenSSH ControlMaster): a test's many probes of a host cost
+    one ssh handshake instead of one Python start and handshake each (and the polling loops no CPU to speak of)."""
+    state = json.loads((STATE_DIR / "state.json").read_text(encoding="utf-8"))
+    entry = state["hosts"].get(host)
+    assert entry and entry.get("address"), f"no simulated host {host!r} in {STATE_DIR / 'state.json'}"
+    if not _MUX_DIR:
+        _MUX_DIR.append(tempfile.mkdtemp(prefix="simhosts-ssh-"))
+    control = Path(_MUX_DIR[0]) / f"{host}-{entry.get('pid')}"      # a host made again gets a master of its own
+    return ["ssh", "-i", str(STATE_DIR / "ssh" / "id_ed25519"), "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=3", "-o", "ControlMaster=auto", "-o", f"ControlPath={control}",
+            "-o", "ControlPersist=120", f"root@{entry['address']}"]
+
+
+@atexit.register
+def _close_ssh_masters() -> None:
+    for directory in _MUX_DIR:
+        for control in Path(directory).iterdir():
+            subprocess.run(["ssh", "-o", f"ControlPath={control}", "-O", "exit", "simhost"], capture_output=True,
+                           timeout=10, check=False)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def ssh(host: str, command: str, stdin: str | None = None, check: bool = True) -> str:
+    """stdout of a shell command line on a host (``command`` is one shell line)."""
+    proc = subprocess.run([*_ssh_argv(host), command], input=stdin, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0 or not check, f"{host}: {command}: {proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def invocation(host: str, unit: str = "sglang.service") -> str:
+    return ssh(host, f"systemctl show --property=InvocationID --value {unit}").strip()
+
+
+def server_argv(host: str, unit: str = "sglang.service") -> list[str]:
+    pid = ssh(host, f"systemctl show --property=MainPID --value {unit}").strip()
+    return [word for word in ssh(host, f"cat /proc/{pid}/cmdline").split("\0") if word]
+
+
+def running_fraction(host: str, unit: str = "sglang.service") -> float | None:
+    argv = server_argv(host, unit)
+    return float(argv[argv.index("--mem-fraction-static") + 1]) if "--mem-fraction-static" in argv else None
+
+
+def facts(host: str) -> dict:
+    """The host's local fact file: each tuned unit's pin."""
+    return json.loads(ssh(host, f"cat {FACT_FILE}"))
+
+
+def fact(host: str, unit: str = "sglang.service") -> dict:
+    return facts(host)[unit]
+
+
+def trial_left(host: str) -> bool:
+    return ssh(host, f"test -e {TRIAL_DROPIN} && echo yes || echo no").strip() == "yes"
+
+
+def oracle_max(host: str) -> float:
+    """The simulator's ground truth for the server's own launch arguments, at the tuner's margin and grid."""
+    return oracle_max_at(host, RESOLUTION)
+
+
+def oracle_max_at(host: str, resolution: float, unit: str = "sglang.service") -> float:
+    """The simulator's ground truth for the unit's own launch arguments, at the tuner's margin on a grid."""
+    argv = server_argv(host, unit)
+    args = argv[argv.index("-m") + 2:]
+    if "--mem-fraction-static" in args:
+        index = args.index("--mem-fraction-static")
+        del args[index:index + 2]
+    out = ssh(host, " ".join(["/opt/sglang-sim/bin/sglang-sim-oracle", "--host", HOST_JSON, *args,
+                              "--safety-gib", str(SAFETY_GIB), "--resolution", str(resolution)]))
+    return json.loads(out)["max_mem_fraction_static"]
+
+
+def set_faults(host: str, **faults) -> None:
+    """Rewrite the simulated host's faults (and other host.json keys given as _key=value)."""
+    data = json.loads(ssh(host, f"cat {HOST_JSON}"))
+    data["faults"] = {key: value for key, value in faults.items() if not key.startswith("_")}
+    data.update({key[1:]: value for key, value in faults.items() if key.startswith("_")})
+    ssh(host, f"cat > {HOST_JSON}", stdin=json.dumps(data, indent=2) + "\n")
+
+
+def report(reports: Path, host: str) -> dict:
+    """The tuner's JSON report of one host (``host`` may be host_unit for a unit other than sglang.service)."""
+    return json.loads((reports / f"{host}.json").read_text())
