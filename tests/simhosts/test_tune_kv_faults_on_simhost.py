@@ -5,7 +5,10 @@
 is a fault that once ended with root running the server's code, an unverified value pinned, or a host not serving;
 each must end with the host serving a value proven under load, and the controller saying what happened.
 
-The tests run in file order on one host, tuned once by the fixture; each puts the host back as it found it.
+The tests run in file order on one host, tuned once by the fixture; each puts the host back as it found it. What
+only the kv_tune action decides (reset, a module error after a trial started, revert timers without a trial, a pin
+that no longer starts) is tested against a scripted host, in tests/unit/plugins/action/test_kv_tune_action.yaml,
+and what kv_trial does on the host in tests/unit/plugins/modules/test_kv_trial.yaml.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import pytest
 import yaml
 
 import simhost_lib
-from simhost_lib import (FACT_FILE as FACT, PIN_DROPIN, REPO, controller, deployed, fact, invocation, oracle_max, play,
+from simhost_lib import (FACT_FILE as FACT, REPO, controller, deployed, fact, invocation, oracle_max, play,
                          report, running_fraction, set_faults, ssh, trial_left, wait_for)
 
 PREFIX = "simfault"
@@ -129,35 +132,6 @@ def test_another_process_on_one_gpu_stops_the_tune_before_any_restart(fleet, tmp
     assert invocation(HOST) == started and serving(fleet)
 
 
-# --- 4. a pin that no longer starts is repaired; a pin can be removed --------------------------------------------
-
-def test_a_pin_that_no_longer_starts_is_tuned_away(fleet, tmp_path):
-    """site.yml raised the CUDA-graph batch size: the pinned value's capture runs out of memory and the unit fails
-    (before: tune_kv.yml refused, the last-known-good value had to serve first)."""
-    bigger = play(fleet, playbook=REPO / "playbooks" / "site.yml",
-                  extravars={"sglang_service_server_args": _field_args(cuda_graph_max_bs=2048,
-                                                                       max_running_requests=4096)})
-    assert bigger.status == "failed", bigger.stdout[-3000:]   # its readiness wait sees the capture OOM
-    try:
-        run = tune(fleet, tmp_path)
-        assert run.status == "successful", run.stdout[-6000:]
-        result = report(tmp_path, HOST)
-        assert "no longer starts" in result["why"] and result["status"] == "tuned"
-        assert result["trials"][0]["restart"] and serving(fleet)
-        assert running_fraction(HOST) == pytest.approx(result["after"]["mem_fraction_static"])
-        assert result["after"]["mem_fraction_static"] < result["before"]["mem_fraction_static"]
-    finally:
-        back = play(fleet, playbook=REPO / "playbooks" / "site.yml")
-        assert back.status == "successful", back.stdout[-3000:]
-        again = tune(fleet, tmp_path)
-        assert again.status == "successful", again.stdout[-3000:]
-
-
-def _field_args(**more):
-    group = yaml.safe_load((REPO / "inventories" / "sim" / "group_vars" / "sim.yml").read_text())
-    return dict(group["sim_profiles"]["field"]["server_args"], **more)
-
-
 def test_a_draft_replaced_in_place_changes_the_fingerprint(fleet, tmp_path):
     config = "/models/field/draft/config.json"
     ssh(HOST, f"cp {config} {config}.orig && python3 - <<'EOF'\nimport json\np='{config}'\nd=json.load(open(p))\n"
@@ -171,18 +145,7 @@ def test_a_draft_replaced_in_place_changes_the_fingerprint(fleet, tmp_path):
         assert tune(fleet, tmp_path).status == "successful"
 
 
-def test_kv_tune_reset_removes_the_pin(fleet, tmp_path):
-    run = tune(fleet, tmp_path, kv_tune_reset=True)
-    assert run.status == "successful", run.stdout[-4000:]
-    assert "lost its pin" in run.stdout
-    assert ssh(HOST, f"test -e {PIN_DROPIN} && echo yes || echo no").strip() == "no"
-    assert "sglang.service" not in json.loads(ssh(HOST, f"cat {FACT}"))
-    assert running_fraction(HOST) == pytest.approx(0.88) and serving(fleet)
-    again = tune(fleet, tmp_path)
-    assert again.status == "successful" and "never tuned" in again.stdout, again.stdout[-4000:]
-
-
-# --- 5. one run at a time --------------------------------------------------------------------------------------------
+# --- 4. one run at a time --------------------------------------------------------------------------------------------
 
 def test_a_second_run_on_a_unit_being_tuned_stops_before_any_restart(fleet, tmp_path):
     before = lkg()
@@ -203,49 +166,7 @@ def test_a_second_run_on_a_unit_being_tuned_stops_before_any_restart(fleet, tmp_
     assert ssh(HOST, "ls /run/llmserve/ 2>/dev/null").strip() == ""   # the lock is released
 
 
-# --- 6. an error after a trial started reverts at once ---------------------------------------------------------------
-
-def test_an_error_during_a_trial_reverts_at_once(fleet, tmp_path):
-    """nvidia-smi disappears while a trial runs (a driver broken under it): the fingerprint after the load fails, and
-    the host must be back on its last-known-good value at once, not when its timer fires (confirm timeout 600 s)."""
-    before = lkg()
-    set_faults(HOST, slow_start_s=4, from_mem_fraction_static=0.5)
-    proc = controller(fleet, tmp_path, kv_tune_force=True, kv_tune_start=round(before - 0.02, 3),
-                      kv_tune_ready_timeout=60, kv_tune_confirm_timeout=600)
-    try:
-        assert wait_for(lambda: trial_left(HOST), 120), "no trial started"
-        ssh(HOST, "mv /usr/local/bin/nvidia-smi /usr/local/bin/nvidia-smi.away")
-        broken = time.monotonic()
-        assert wait_for(lambda: not trial_left(HOST), 120), "the trial was not reverted"
-        exposure = time.monotonic() - broken
-        assert proc.wait(300) != 0
-    finally:
-        ssh(HOST, "test -e /usr/local/bin/nvidia-smi.away && mv /usr/local/bin/nvidia-smi.away /usr/local/bin/nvidia-smi"
-                  " || true", check=False)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        set_faults(HOST)
-    print("\nexposure of the unverified value after the error: %.1f s (confirm timeout 600 s)" % exposure)
-    assert exposure < 120
-    assert "the trial in progress was reverted" in (tmp_path / "controller.log").read_text()
-    assert wait_for(lambda: serving(fleet), 60) and running_fraction(HOST) == pytest.approx(before)
-
-
-# --- 7. a timer without a trial is cleared -------------------------------------------------------------------------
-
-def test_a_stray_revert_timer_is_cleared_without_a_restart(fleet, tmp_path):
-    started = invocation(HOST)
-    ssh(HOST, "systemd-run --quiet --unit=llmserve-kv-revert-deadbeef-sglang --on-active=3600s "
-              "/usr/local/sbin/llmserve-kv-revert sglang.service /run/systemd/system/sglang.service.d/90-kv-trial.conf")
-    run = tune(fleet, tmp_path)
-    assert run.status == "successful", run.stdout[-4000:]
-    assert "revert timers of an earlier run are armed without a trial" in run.stdout
-    assert run.stats.get("changed", {}).get(HOST, 0) > 0
-    assert ssh(HOST, "systemctl list-units --all --plain --no-legend 'llmserve-kv-revert-*'").strip() == ""
-    assert invocation(HOST) == started
-
-
-# --- 8. a startup log rotated away costs one restart, not the tune -------------------------------------------------
+# --- 5. a startup log rotated away costs one restart, not the tune ---------------------------------------------------
 
 def test_a_startup_log_rotated_out_of_the_journal_is_measured_again(fleet, tmp_path):
     ssh(HOST, "journalctl --rotate --quiet && journalctl --vacuum-time=1s --quiet")
@@ -255,7 +176,7 @@ def test_a_startup_log_rotated_out_of_the_journal_is_measured_again(fleet, tmp_p
     assert result["status"] == "tuned" and result["trials"][0]["restart"]
 
 
-# --- 9. an SGLang installed but not yet running is not fingerprinted as running ------------------------------------
+# --- 6. an SGLang installed but not yet running is not fingerprinted as running --------------------------------------
 
 def test_sglang_upgraded_on_disk_restarts_before_it_is_fingerprinted(fleet, tmp_path):
     ssh(HOST, f"{VENV}/bin/pip install -q --no-index --find-links /var/cache/sglang-sim/wheelhouse sglang==0.5.10")
@@ -273,7 +194,7 @@ def test_sglang_upgraded_on_disk_restarts_before_it_is_fingerprinted(fleet, tmp_
         assert tune(fleet, tmp_path).status == "successful"
 
 
-# --- 10. a failure that is not about memory ends the search ----------------------------------------------------------
+# --- 7. a failure that is not about memory ends the search -----------------------------------------------------------
 
 def test_a_crash_with_memory_to_spare_ends_the_search(fleet, tmp_path):
     before = lkg()
@@ -289,7 +210,7 @@ def test_a_crash_with_memory_to_spare_ends_the_search(fleet, tmp_path):
     assert wait_for(lambda: serving(fleet), 60) and running_fraction(HOST) == pytest.approx(before)
 
 
-# --- 11. a broken fact file is moved aside ---------------------------------------------------------------------------
+# --- 8. a broken fact file is moved aside ----------------------------------------------------------------------------
 
 def test_a_corrupted_fact_file_is_moved_aside_and_the_tune_goes_on(fleet, tmp_path):
     ssh(HOST, f"printf '{{\"sglang.service\": ' > {FACT}")

@@ -79,14 +79,6 @@ def test_second_run_changes_nothing_and_restarts_nothing(fleet, tmp_path):
     assert "fingerprint unchanged" in run.stdout
 
 
-def test_check_mode_says_it_would_tune_and_restarts_nothing(fleet, tmp_path):
-    started = invocation(FIELD)
-    run = tune(fleet, tmp_path, limit=FIELD, cmdline="--check", kv_tune_force=True)
-    assert run.status == "successful", run.stdout[-4000:]
-    assert "would be tuned (kv_tune_force)" in run.stdout
-    assert invocation(FIELD) == started and not (tmp_path / f"{FIELD}.json").exists()
-
-
 def test_site_after_tuning_restarts_nothing(fleet):
     started = invocation(FIELD)
     run = play(fleet, playbook=REPO / "playbooks" / "site.yml", extravars={"site_hosts": FIELD})

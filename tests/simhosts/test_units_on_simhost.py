@@ -118,19 +118,6 @@ def test_a_rerun_changes_nothing_on_either_unit(units, tmp_path):
     assert {unit: invocation(HOST, unit) for unit in UNITS} == before
 
 
-def test_per_class_makes_the_second_unit_verify_the_first_ones_value(units, tmp_path):
-    reset = tune(units, tmp_path / "reset", kv_tune_reset=True)
-    assert reset.status == "successful", reset.stdout[-5000:]
-    run = tune(units, tmp_path, kv_tune_force=True, kv_tune_strategy="per_class")
-    assert run.status == "successful", run.stdout[-8000:]
-    canary, member = report(tmp_path, "sglang@a.service"), report(tmp_path, "sglang@b.service")
-    assert "%s/sglang@a: canary of class" % HOST in run.stdout
-    assert canary["verify"] is None
-    assert member["verify"]["value"] == pytest.approx(canary["after"]["mem_fraction_static"] - RES)
-    assert member["verify"]["held"] and member["restarts"] == 1, member["trials"]
-    assert facts()["sglang@b.service"]["mem_fraction_static"] == pytest.approx(member["verify"]["value"])
-
-
 def test_servers_that_share_the_gpus_are_tuned_to_hold_a_joint_load(units, tmp_path, measured):
     # As deployed, both at once do not hold: one of them runs out of memory (each holds its load alone on a fresh
     # pair, but the caching allocator keeps what one load took, so one after the other would not show that here).
