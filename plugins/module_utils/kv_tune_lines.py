@@ -24,7 +24,7 @@ def fraction_text(value, resolution=None, text=None):
 def unchanged_line(host, unit, pin):
     return ("%s: %s keeps %s (%s KV tokens), pinned %s: fingerprint unchanged."
             % (host, unit, fraction_text(pin.get("mem_fraction_static"), pin.get("settings", {}).get("resolution"),
-                                 pin.get("text")),
+                                         pin.get("text")),
                token_count(pin.get("tokens")), pin.get("time", "?")))
 
 
@@ -68,7 +68,7 @@ def summary_rows(outcomes, pending=()):
                          "tokens_after": pin.get("tokens"), "restarts": 0, "tuned_at": pin.get("time"),
                          "line": "%s: unchanged, keeps %s (%s KV tokens) pinned %s"
                                  % (host, fraction_text(pin.get("mem_fraction_static"),
-                                                (pin.get("settings") or {}).get("resolution"), pin.get("text")),
+                                                        (pin.get("settings") or {}).get("resolution"), pin.get("text")),
                                     token_count(pin.get("tokens")), pin.get("time", "?"))})
         elif status in ("tuned", "no_stable_value", "failed") and res.get("result"):
             result = res["result"]

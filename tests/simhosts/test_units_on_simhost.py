@@ -15,7 +15,6 @@ sglang_service_instances:
 """
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
@@ -70,7 +69,8 @@ def load(inventory, urls: list) -> dict:
         "url": urls[0], "also_urls": urls[1:], "duration": 3}, "failed_when": False})
 
 
-tune = functools.partial(simhost_lib.tune, limit=HOST)
+def tune(inventory, reports, limit=HOST, **extravars):
+    return simhost_lib.tune(inventory, reports, limit=limit, **extravars)
 
 
 def oracle_max(unit: str) -> float:

@@ -237,7 +237,7 @@ def test_fact_entry_and_report():
 def test_summary_rows():
     result = tuned().result("tuned", "t0", "t1", FP["versions"])
     rows = kv_tune_lines.summary_rows({"a": {"status": "tuned", "result": result}, "b": {"status": "unchanged", "pin": PIN},
-                                 "c": None, "d": {"status": "would_tune", "why": "never tuned"}})
+                                       "c": None, "d": {"status": "would_tune", "why": "never tuned"}})
     assert [row["status"] for row in rows] == ["tuned", "unchanged",
                                                "not tuned: failed or unreachable, left on its last-known-good value",
                                                "would be tuned (check mode)"]
@@ -365,8 +365,8 @@ def probe(key, pinned=None, status="would_tune"):
 
 def test_one_canary_per_class_in_inventory_order():
     plan = kv_tune_classes.class_plan({"a1": probe("A" * 64), "b1": probe("B" * 64), "a2": probe("A" * 64),
-                               "a3": probe("A" * 64), "x": None, "b2": {"failed": True, "msg": "no unit"}},
-                              ["a1", "b1", "a2", "a3", "x", "b2"])
+                                       "a3": probe("A" * 64), "x": None, "b2": {"failed": True, "msg": "no unit"}},
+                                      ["a1", "b1", "a2", "a3", "x", "b2"])
     assert {host: entry["role"] for host, entry in plan.items()} == {
         "a1": "canary", "a2": "member", "a3": "member", "b1": "canary", "x": "alone", "b2": "alone"}
     assert plan["a3"]["canary"] == "a1" and plan["a3"]["class"] == "A" * 12 and plan["a1"]["canary"] is None
@@ -424,7 +424,7 @@ def test_the_restarts_each_kind_of_tune_spent():
             {"status": "tuned", "restarts": 1, "search": "verified"}, {"status": "tuned", "restarts": 3, "search": "fallback"},
             {"status": "unchanged", "restarts": 0}, {"status": "not tuned: its batch has not run"}]
     assert kv_tune_lines.restarts_line(rows) == ("restarts: 7 in all (failed verifications and searches 3 on 1 host, "
-                                           "searches 2 on 1 host, verifications 2 on 2 hosts)")
+                                                 "searches 2 on 1 host, verifications 2 on 2 hosts)")
     assert kv_tune_lines.restarts_line([]) == "restarts: 0 in all"
 
 
@@ -495,8 +495,8 @@ def test_summary_and_reports_give_a_row_and_a_report_per_unit():
 
 def test_the_class_plan_has_an_entry_per_unit_and_units_of_one_host_may_share_a_class():
     several = {"status": "would_tune", "units": {"sglang@a.service": probe("A" * 64), "sglang@b.service": probe("A" * 64)}}
-    plan = kv_tune_classes.class_plan_units({"h": several, "g": dict(probe("A" * 64), unit="sglang.service"), "x": None},
-                                    ["h", "g", "x"])
+    plan = kv_tune_classes.class_plan_units({"h": several, "g": dict(probe("A" * 64), unit="sglang.service"),
+                                             "x": None}, ["h", "g", "x"])
     assert plan["h"]["canary"] and not plan["g"]["canary"] and not plan["x"]["canary"]
     a, b = plan["h"]["units"]["sglang@a.service"], plan["h"]["units"]["sglang@b.service"]
     assert a["role"] == "canary" and b["role"] == "member"
