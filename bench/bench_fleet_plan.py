@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
-import time
+import timeit
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,13 +40,7 @@ def probes_of(count):
 
 
 def seconds(call, repeat=3):
-    best = None
-    for _run in range(repeat):
-        start = time.perf_counter()
-        call()
-        took = time.perf_counter() - start
-        best = took if best is None else min(best, took)
-    return best
+    return min(timeit.repeat(call, number=1, repeat=repeat))
 
 
 def per_host(hosts, probes):

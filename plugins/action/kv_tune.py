@@ -113,7 +113,7 @@ class ActionModule(ActionBase):
             host, step["label"], step["args"], self._task.check_mode, uuid.uuid4().hex[:8],
             "%s pid %d" % (socket.gethostname(), self._controller), _now, info=step["info"],
             neighbours=step["neighbours"], tuned=step["tuned"], outcome_of=self._outcome_of)
-        self._unit, self._armed, self._locked, self._node_link = step["tune_unit"], False, False, None
+        self._armed, self._node_link = False, None
         try:
             result = self._drive(run.steps(), run)
         except Exception as exc:
@@ -123,9 +123,9 @@ class ActionModule(ActionBase):
                 raise
             result = run.failed(str(exc), reverted)
         finally:
-            if self._locked:
+            if run.locked:   # the run knows: it takes the lock, and hears each answer before its next step
                 self._cleanup(run, run.unlock(), "could not release the tuning lock of %s (%%s); it lapses by itself"
-                              % self._unit)
+                              % run.args["unit"])
         self._release(run, result)
         return self._drive(run.finish(result), run)
 
@@ -139,9 +139,7 @@ class ActionModule(ActionBase):
         if result.get("failed"):
             if not may_fail:
                 raise ModuleFailed(result.get("msg") or "%s failed: %s" % (name, result))
-        elif own and module_args["state"] in ("locked", "unlocked"):
-            self._locked = module_args["state"] == "locked"
-        elif own and module_args["state"] != "started":
+        elif own and module_args["state"] not in ("started", "locked", "unlocked"):
             self._armed = False
         return result
 

@@ -95,7 +95,7 @@ class UnitRun(NodeSteps):
         self.node = None        # this unit's part in a multi-node server (kv_multinode.node_of)
         self.ranks = None       # node 0 once the others joined: their ranks
         self.boots = None       # node 0: the others' startup facts as they joined
-        self.locked = False
+        self.locked = False     # this run holds the unit's lock (the action releases it whatever happens)
         self.changed = False
 
     # -- module calls --------------------------------------------------------------------------------------------
