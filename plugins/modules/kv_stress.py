@@ -16,7 +16,8 @@ description:
     requests with random C(input_ids), sized so that the tokens held at once reach O(fill_ratio) of the KV pool and
     each prompt is longer than the largest prefill chunk, for O(duration) seconds or O(rounds) rounds.
   - Meanwhile samples every GPU's free memory about every O(sample_interval) seconds, through NVML or nvidia-smi
-    (as M(llmserve.sglang.gpu_info) reads them), and polls C(/get_load) for the tokens the server holds.
+    (as M(llmserve.sglang.gpu_info) reads them; after the first sample, nvidia-smi is asked for the memory fields
+    only, one command per sample), and polls C(/get_load) for the tokens the server holds.
   - A server that stops answering (connection refused, reset or closed) ends the run at once, with RV(held=false)
     and the reason in RV(failure_reason); every HTTP call has a timeout and the whole run has a deadline (the
     duration or the rounds times O(request_timeout), plus one O(request_timeout)), so it never hangs.
@@ -222,7 +223,7 @@ import threading
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import PREFER_CHOICES, probe
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import PREFER_CHOICES, free_memory_sampler
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import KvStressError, merge_runs, run_stress
 
@@ -257,9 +258,11 @@ def main() -> None:
     def run_command(argv):
         return module.run_command(argv, environ_update=C_LOCALE)
 
+    read_gpus = free_memory_sampler(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
+                                    which=module.get_bin_path)
+
     def sample():
-        gpus = probe(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
-                     which=module.get_bin_path)["gpus"]
+        gpus = read_gpus()
         if params["gpus"] is None:
             return gpus
         return [gpu for gpu in gpus if gpu["index"] in params["gpus"]]

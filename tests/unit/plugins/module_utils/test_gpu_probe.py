@@ -469,3 +469,45 @@ def test_real_pynvml_on_a_host_without_gpu():
         pytest.skip("NVML is present here")
     with pytest.raises(gp.ProbeUnavailable, match=r"^NVML library not found \(libnvidia-ml.so.1\)$"):
         gp.probe_nvml()
+
+
+# ------------------------------------------------------------------------------------------------
+# free_memory_sampler: kv_stress's loop
+# ------------------------------------------------------------------------------------------------
+
+def test_the_sampler_probes_once_then_asks_nvidia_smi_for_the_memory_only():
+    run = Runner()
+    sample = gp.free_memory_sampler(run_command=run, prefer="nvidia_smi", which=lambda n: "/x/" + n)
+    first = sample()
+    assert len(run.calls) == 3                   # probe(): --query-gpu, --query-compute-apps, the table
+    second = sample()
+    assert run.calls[3:] == [["/x/nvidia-smi", "--query-gpu=index,memory.total,memory.used,memory.free",
+                              gp.CSV_FORMAT]]
+    assert [(g["index"], g["memory_free_bytes"], g["memory_total_bytes"]) for g in second] == \
+        [(g["index"], g["memory_free_bytes"], g["memory_total_bytes"]) for g in first]
+
+
+def test_the_sampler_keeps_nvml_when_nvml_answered():
+    nvml = FakeNvml([h200(i) for i in range(2)])
+    run = Runner()
+    sample = gp.free_memory_sampler(run_command=run, nvml=nvml, which=lambda n: "/x/" + n)
+    assert [g["index"] for g in sample()] == [0, 1] and [g["index"] for g in sample()] == [0, 1]
+    assert run.calls == []
+
+
+def test_the_sampler_falls_back_as_probe_does_and_stays_there():
+    run = Runner()
+    sample = gp.free_memory_sampler(run_command=run, nvml=FakeNvml([], init_error=NVMLError_LibraryNotFound()),
+                                    which=lambda n: "/x/" + n)
+    sample()
+    sample()
+    assert len(run.calls) == 4 and run.calls[3][1].startswith("--query-gpu=index,memory.total")
+
+
+def test_a_failed_first_sample_is_probed_again():
+    run = Runner(fail=(9, "", "NVIDIA-SMI has failed"))
+    sample = gp.free_memory_sampler(run_command=run, prefer="nvidia_smi", which=lambda n: "/x/" + n)
+    with pytest.raises(gp.GpuProbeError):
+        sample()
+    run.fail = None
+    assert len(sample()) == 8 and len(run.calls) == 4
