@@ -1,14 +1,14 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""playbooks/tune_kv.yml on a fleet of six simulated hosts in two classes (prefix simfleet): three 8x RTX PRO 6000
-with Kimi-K2.5 (the field case) and three 8x H100 with Llama-3.1-70B, deployed by site.yml. Two hosts differ from
-their class in what the fingerprint does not see:
+"""playbooks/tune_kv.yml on a fleet of four simulated hosts in two classes (prefix simfleet): two 8x RTX PRO 6000
+with Kimi-K2.5 (the field case) and two 8x H100 with Llama-3.1-70B, deployed by site.yml. The member of each class
+differs from its canary in what the fingerprint does not see:
 
-- on simfleet3 another process holds 8 GiB of GPU 3 (an exporter, a stray notebook). SGLang sizes the pool from
+- on simfleet2 another process holds 8 GiB of GPU 3 (an exporter, a stray notebook). SGLang sizes the pool from
   the least free GPU before the weights (P), so the process costs pool, and only 8 GiB x (1 - f) of headroom
   under the load: within SGLang's balance limit (10%) the class's value less one step still holds there;
-- on simfleet6 the workspaces that SGLang allocates after the pool take 1.5 GiB more per GPU (as a different
+- on simfleet4 the workspaces that SGLang allocates after the pool take 1.5 GiB more per GPU (as a different
   CUBLAS_WORKSPACE_CONFIG would): the headroom itself is gone, the class's value fails the margin, and the host
   searches on its own.
 
@@ -26,11 +26,11 @@ from simhost_lib import (HOST_JSON, deployed, fact, invocation, oracle_max_at, p
                          set_faults, ssh, tune)
 
 PREFIX = "simfleet"
-PROFILES = ["field", "field", "field", "h100-llama70b", "h100-llama70b", "h100-llama70b"]
+PROFILES = ["field", "field", "h100-llama70b", "h100-llama70b"]
 HOSTS = ["%s%d" % (PREFIX, number) for number in range(1, len(PROFILES) + 1)]
-CLASSES = {"field": HOSTS[:3], "h100-llama70b": HOSTS[3:]}
-HELD = HOSTS[2]      # another process holds 8 GiB of one GPU
-ODD = HOSTS[5]       # 1.5 GiB more of workspaces after the pool
+CLASSES = {"field": HOSTS[:2], "h100-llama70b": HOSTS[2:]}
+HELD = HOSTS[1]      # another process holds 8 GiB of one GPU
+ODD = HOSTS[3]       # 1.5 GiB more of workspaces after the pool
 RES = 0.005
 # A start above what the GPUs hold (its CUDA-graph capture or the load runs out of memory): from there a search
 # needs three restarts, where a member of a class needs one to verify the canary's value.

@@ -1,9 +1,9 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""playbooks/rollout.yml on three simulated hosts (prefix simroll), deployed by site.yml at SGLang 0.5.9 and tuned,
-upgraded to 0.5.10 with -e sglang_version=0.5.10: first with a release that crashes at startup on the canary (the
-simulator's crash_at_startup fault, for servers of 0.5.10 only), then without it.
+"""playbooks/rollout.yml on two simulated hosts (prefix simroll), the canary and one more, deployed by site.yml at
+SGLang 0.5.9 and tuned, upgraded to 0.5.10 with -e sglang_version=0.5.10: first with a release that crashes at
+startup on the canary (the simulator's crash_at_startup fault, for servers of 0.5.10 only), then without it.
 
 A fake load balancer on the controller (an HTTP server in this process) records the example drain/undrain hooks'
 calls. The tests run in file order and build on each other's state.
@@ -20,7 +20,7 @@ import pytest
 from simhost_lib import REPO, deployed, invocation, play, set_faults, ssh, tune
 
 PREFIX = "simroll"
-PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b", f"{PREFIX}3": "field"}
+PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b"}
 CANARY = f"{PREFIX}1"
 HOOKS = REPO / "playbooks" / "rollout_hooks"
 
