@@ -27,7 +27,7 @@ export SIM_WHEELHOUSE := $(WHEELHOUSE)
 
 MOLECULE_SCENARIOS ?= nvidia_driver sglang
 
-.PHONY: help venv system-deps demo test lint sanity units functional sim simhosts molecule wheelhouse build bench bench-tune clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units functional sim simhosts molecule wheelhouse build bench bench-tune clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
@@ -82,8 +82,19 @@ demo: venv
 	$(BIN)/ansible-playbook playbooks/tune_kv.yml -i inventories/sim
 
 # --- tests -----------------------------------------------------------------------------------------
-test: lint sanity units functional sim simhosts molecule build
+# Two lanes side by side where that is free: each part below uses about one core, or waits on its servers and hosts
+# (sim, molecule). sanity and units share one lane: both build ansible-test's environment in $(TEST_ROOT). Each
+# part's output comes in one piece when it ends (-O). The simulated hosts then have both cores to themselves (their
+# work is CPU-bound).
+test: venv wheelhouse
+	$(MAKE) --no-print-directory -j2 test-lane-ansible-test test-lane-others
+	$(MAKE) --no-print-directory simhosts build
 	@echo "make test: all green"
+
+test-lane-ansible-test:
+	$(MAKE) --no-print-directory -j1 -O sanity units functional
+test-lane-others:
+	$(MAKE) --no-print-directory -j1 -O lint sim molecule
 
 lint: venv
 	$(BIN)/ansible-lint --profile production
