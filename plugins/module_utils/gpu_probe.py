@@ -469,8 +469,8 @@ MEMORY_FIELDS = ("index", "memory.total", "memory.used", "memory.free")
 
 def free_memory_sampler(run_command=None, nvidia_smi: str | None = None, prefer: str = "auto", nvml=None,
                         which=shutil.which):
-    """A probe for a loop that reads free memory many times a second (kv_stress, every 0.1 s by default): a function
-    that returns the GPU dicts of :func:`probe`. Its first call is :func:`probe`'s; later calls ask the source that
+    """A probe for a loop that reads free memory many times a second (kv_stress, gpu_info's watch; every 0.1 s by
+    default): a function that returns the GPU dicts of :func:`probe`. Its first call is :func:`probe`'s; later calls ask the source that
     answered for each GPU's index and memory only: NVML in-process as before, nvidia-smi with one ``--query-gpu``
     instead of three commands (three process starts per sample keep a CPU core of the host busy in a 0.1 s loop)."""
     found = {}
@@ -478,7 +478,9 @@ def free_memory_sampler(run_command=None, nvidia_smi: str | None = None, prefer:
     def sample() -> list[dict]:
         if not found:
             result = probe(run_command=run_command, nvidia_smi=nvidia_smi, prefer=prefer, nvml=nvml, which=which)
-            found.update(source=result["source"], nvidia_smi=find_nvidia_smi(nvidia_smi, which)[0])
+            found["source"] = result["source"]
+            if result["source"] != "nvml":
+                found["nvidia_smi"] = find_nvidia_smi(nvidia_smi, which)[0]
             return result["gpus"]
         if found["source"] == "nvml":
             return probe_nvml(nvml)["gpus"]

@@ -55,8 +55,9 @@ options:
     default: auto
   watch:
     description:
-      - Seconds during which the GPUs are read again and again (every O(watch_interval)); RV(watched) then holds the
-        least free memory each GPU had. The other results are the last reading.
+      - Seconds during which the GPUs are read again and again (every O(watch_interval); through nvidia-smi, the
+        memory fields only after the first reading); RV(watched) then holds the least free memory each GPU had. The
+        other results are the last reading, a whole probe.
       - For a load another host drives, such as a node of a multi-node SGLang server while node 0 serves the
         requests.
       - V(0) reads once.
@@ -241,6 +242,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import (
     PREFER_CHOICES,
     GpuProbeError,
+    free_memory_sampler,
     probe,
 )
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
@@ -273,16 +275,21 @@ def main() -> None:
     if params["watch"] < 0 or params["watch_interval"] <= 0:
         module.fail_json(msg="watch must be 0 or more and watch_interval above 0, got %r and %r"
                              % (params["watch"], params["watch_interval"]))
+
+    def watched(gpus):
+        return [gpu for gpu in gpus if params["gpus"] is None or gpu["index"] in params["gpus"]]
+
+    probe_args = dict(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"], which=which)
     readings = []
     deadline = time.monotonic() + params["watch"]
     try:
-        while True:
-            result = probe(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
-                           which=which)
-            readings.append([gpu for gpu in result["gpus"] if params["gpus"] is None or gpu["index"] in params["gpus"]])
-            if time.monotonic() >= deadline:
-                break
+        # While the watch lasts, the memory only (kv_stress's sampler); the last reading is the whole probe.
+        read_memory = free_memory_sampler(**probe_args)
+        while time.monotonic() < deadline:
+            readings.append(watched(read_memory()))
             time.sleep(min(params["watch_interval"], max(0.0, deadline - time.monotonic())))
+        result = probe(**probe_args)
+        readings.append(watched(result["gpus"]))
     except GpuProbeError as exc:
         module.fail_json(msg=str(exc))
     if params["watch"] > 0:

@@ -110,7 +110,8 @@ def test_hang_at_startup_fault(make_sim):
 
 def test_servers_sharing_a_gpu_take_their_activations_from_the_same_memory(make_sim):
     """Two servers on the same 8 GPUs, the second sized from what the first left free: the second holds its load
-    alone, but with the first loaded at the same time one of them runs out of memory, as on a real GPU."""
+    alone, but with the first loaded at the same time one of them runs out of memory, as on a real GPU (or both,
+    when their batches grow at the same moment: each allocation then finds the other's already taken)."""
     sim = make_sim("h100-llama70b")
     first = sim.start(simlib.launch_args("h100-llama70b", mem_fraction_static=0.5))
     assert first.wait_ready(), first.log
@@ -132,5 +133,6 @@ def test_servers_sharing_a_gpu_take_their_activations_from_the_same_memory(make_
         thread.join(90)
     time.sleep(0.5)
     dead = [server for server in (first, second) if server.proc.poll() is not None]
-    assert len(dead) == 1, both
-    assert parse_startup_log(dead[0].log)["failure"]["kind"] == "runtime_oom"
+    assert dead, both
+    for server in dead:
+        assert parse_startup_log(server.log)["failure"]["kind"] == "runtime_oom", server.log
