@@ -101,6 +101,8 @@ class ActionModule(ActionBase):
             if "call" in step:
                 answer = self._call(step["call"], step["args"], step["may_fail"])
             elif "nodes" in step:
+                if (step.get("message") or {}).get("state") == "started":
+                    self._armed = True   # the other nodes start a trial: one that fails to is reverted on all
                 answer = self._link(run).perform(step)
             elif "tune_unit" in step:
                 answer = self._tune_unit(step)
@@ -139,7 +141,7 @@ class ActionModule(ActionBase):
         if result.get("failed"):
             if not may_fail:
                 raise ModuleFailed(result.get("msg") or "%s failed: %s" % (name, result))
-        elif own and module_args["state"] not in ("started", "locked", "unlocked"):
+        elif own and module_args["state"] not in ("started", "prepared", "locked", "unlocked"):
             self._armed = False
         return result
 

@@ -90,9 +90,10 @@ def server_plan(probes, hosts):
     return plan
 
 
-def followers_reason(hellos):
+def followers_reason(hellos, leader=None):
     """Why the server must be tuned according to its other nodes (``hellos``: what each follower said when it
-    joined: ``rank``, ``host``, ``status``, ``why``), or None when each of them holds its pin; raises
+    joined: ``rank``, ``host``, ``status``, ``why``, ``pin`` and ``running`` values), or None when each of them holds
+    its pin and runs node 0's (``leader``: node 0's ``rank``, ``host``, ``pin``, ``running``); raises
     :class:`MultinodeError` when a node refuses (its unit cannot be tuned): nothing has changed yet."""
     refused = [hello for hello in hellos if hello.get("status") == "refuse"]
     if refused:
@@ -100,7 +101,22 @@ def followers_reason(hellos):
                                        for hello in refused))
     reasons = ["node %d (%s): %s" % (hello["rank"], hello["host"], hello.get("why"))
                for hello in sorted(hellos, key=lambda hello: hello["rank"]) if hello.get("status") != "unchanged"]
+    if leader is not None:
+        reasons.extend(_disagreements([leader] + sorted(hellos, key=lambda hello: hello["rank"])))
     return "; ".join(reasons) or None
+
+
+def _disagreements(nodes):
+    """The nodes of one server pinned on, or running, different values (a commit that reached only some of them):
+    one value for every node is what a server that spans hosts can be verified on."""
+    found = []
+    for key, what in (("pin", "pinned on"), ("running", "running")):
+        values = [None if node.get(key) is None else round(float(node[key]), 6) for node in nodes]
+        if any(value != values[0] for value in values):
+            found.append("the nodes are %s different values (%s)" % (what, ", ".join(
+                "node %d (%s) %s" % (node["rank"], node["host"], "none" if node.get(key) is None else node[key])
+                for node in nodes)))
+    return found
 
 
 def merge_samples(stress, followers):

@@ -152,13 +152,25 @@ class Tuner(object):
         if self.verified is None and self.verify is not None:
             # The class's value held (or not) on this host: done, or a search of its own from here.
             self.verified = outcome == "stable" and kv_search.same_value(kv_search.best(self.state) or 0, step["value"])
-            if self.verified:
+            if self.verified and self._above_the_class(record["min_free_gib"], p):
+                # More headroom than the class's margin explains (its canary's GPUs were not as free as these):
+                # this member holds more than its class, so its own search goes on from here.
+                record["why"] = "the class's value held with more to spare than its margin: searching on from it"
+            elif self.verified:
                 kv_search.stop(self.state, "the class's value held the load with the margin")
                 record["next"] = None
         if outcome == "stable" and kv_search.same_value(kv_search.best(self.state) or 0, step["value"]):
             self.lkg = step["value"]
             return self._go({"do": "commit", "value": step["value"], "text": step["text"]})
         return self._next_trial_or_end()
+
+    def _above_the_class(self, min_free_gib, p):
+        """Whether the free memory under load at the verified value leaves room for a value above the class's own
+        (the verified value plus the margin's steps): whole grid steps of P x resolution beyond the safety margin."""
+        if min_free_gib is None or not p:
+            return False
+        spare_steps = int((min_free_gib - self.s["safety_gib"]) / (p * self.s["resolution"]) + kv_search.TOLERANCE)
+        return spare_steps > self.s["class_margin_steps"]
 
     def _identity_error(self, step, obs):
         """Why the server that answered and held the load is not the start this trial made (a revert by the host's

@@ -15,7 +15,8 @@ def class_plan(probes, hosts, force=False):
     ``fingerprint_hash``, ``pin``; None or failed: no answer); ``hosts``: the play's hosts in inventory order.
     Returns host -> ``{"role", "class", "canary", "value", "why"}``:
 
-    - ``canary``: the first host of its class that must be tuned searches for the class (``value`` None);
+    - ``canary``: the first host of its class that must be tuned and whose GPUs hold no other process's memory
+      (``other_gib``; the first host when none is clean) searches for the class (``value`` None);
     - ``member``: verifies the class's value with one restart under the load; ``canary`` names the host whose tune
       gives it, or ``value`` is already known: a host of the class holds a pin of this very fingerprint (status
       ``unchanged``). Hosts whose pin holds are members too: they are not tuned at all;
@@ -41,7 +42,9 @@ def class_plan(probes, hosts, force=False):
                 plan[host] = {"role": "member", "class": label, "canary": None, "value": value,
                               "why": "%s holds the class's pin %s" % (source, value)}
             continue
-        canary = members[0]
+        # A canary whose GPUs hold another process's memory finds a value too low for the rest of its class.
+        clean = [host for host in members if not probes[host].get("other_gib")]
+        canary = (clean or members)[0]
         for host in members:
             plan[host] = {"role": "canary" if host == canary else "member", "class": label, "value": None,
                           "canary": None if host == canary else canary,

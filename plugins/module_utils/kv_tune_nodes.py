@@ -12,6 +12,11 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinod
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import plan_start
 
 
+def pin_value(info):
+    """The value a kv_fingerprint result says the unit is pinned on (None: no pin)."""
+    return (info.get("pin") or {}).get("mem_fraction_static")
+
+
 class RunFailed(Exception):
     """The run of a unit cannot go on; the message says why and what was left on the host."""
 
@@ -34,8 +39,9 @@ class NodeSteps(object):
 
     # -- node 0 ----------------------------------------------------------------------------------------------------
 
-    def _lead(self):
-        """Wait until every other node has joined; why they need tuning (None: their pins hold)."""
+    def _lead(self, info):
+        """Wait until every other node has joined; why the server needs tuning according to them (None: their
+        pins hold, and are node 0's)."""
         ranks = list(range(1, self.node["nnodes"]))
         # Every node of the server runs this task at once: a node whose worker never starts (fewer forks than
         # nodes) would otherwise be waited for until a trial's timeout.
@@ -44,7 +50,8 @@ class NodeSteps(object):
                                 "least the number of nodes)" % (self.label, self.node["dist_init_addr"])}
         self.ranks = ranks
         self.boots = {hello["host"]: hello.get("boot") for hello in hellos}
-        return kv_multinode.followers_reason(hellos)
+        leader = {"rank": 0, "host": self.host, "pin": pin_value(info), "running": info.get("mem_fraction_static")}
+        return kv_multinode.followers_reason(hellos, leader)
 
     def _tell(self, message, wait=True):
         """The next step for every other node; with ``wait``, their answers (else the step's number)."""
@@ -70,10 +77,19 @@ class NodeSteps(object):
         """Node 1 and up: say whether this node's pin holds, then do what node 0 says, step by step, until done."""
         rank = self.node["node_rank"]
         plan = plan_start(info, self.label, self.s["unit"], self.s["force"], True, self.run_id)
+        if info.get("revert_timers") and not info["trial_pending"]:
+            # Its own stray timers, whatever node 0 has: they would restart this node later, and the server with it.
+            yield from self._lock()
+            yield say("%s: revert timers of an earlier run are armed without a trial (%s): disarming them"
+                      % (self.label, ", ".join(info["revert_timers"])))
+            yield from self._trial("disarmed")
+            info = yield self._fingerprint()
+            plan = plan_start(info, self.label, self.s["unit"], self.s["force"], True, self.run_id)
         status = {"refuse": "refuse", "report": plan.get("status")}.get(plan["do"], "tune")
         boot = yield from self._boot()
-        yield {"nodes": "hello", "message": {"rank": rank, "host": self.host, "status": status,
-                                             "why": plan.get("why") or plan.get("msg"), "boot": boot}}
+        yield {"nodes": "hello", "message": {
+            "rank": rank, "host": self.host, "status": status, "why": plan.get("why") or plan.get("msg"), "boot": boot,
+            "pin": pin_value(info), "running": info.get("mem_fraction_static")}}
         if status == "refuse":
             raise RunFailed(plan["msg"])
         self.info, self.invocation_id = info, info["invocation_id"]

@@ -29,13 +29,13 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings i
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import (
     failed_start, first_value, plan_start, safe_start)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import (
-    combine_units, neighbours, target_label, unit_gpus, unit_outcome)
+    combine_units, neighbours, other_gib, target_label, unit_gpus, unit_outcome)
 
 # Before the search each settling step changes one thing (restart a stale server, revert a pending trial, disarm
 # timers) and asks again; more than these in a row is a unit that does not settle.
 SETTLE_STEPS = 4
 # kv_trial states that change no value on the other nodes of a server (the lock is each node's own).
-_OWN_STATES = ("locked", "unlocked")
+_OWN_STATES = ("locked", "unlocked", "disarmed")
 
 
 def fingerprint_args(args, unit=None):
@@ -128,8 +128,22 @@ class UnitRun(NodeSteps):
     def _trial(self, state, text=None, fact=None, may_fail=False):
         """kv_trial on the unit, as this run (it renews, takes or releases the run's lock). On node 0 of a
         multi-node server every other node does the same first: one value on every node, restarted together."""
-        if self.ranks is not None and state not in _OWN_STATES:
+        together = self.ranks is not None and state not in _OWN_STATES
+        if together and state == "committed":
+            # All nodes or none: every node stages the new pin first (a full disk or a read-only directory fails
+            # here, while each node is still on its trial, which the failure reverts); then each one commits.
+            yield from self._tell({"do": "kv_trial", "state": "prepared", "text": text, "fact": fact})
+            yield from self._own_trial("prepared", text, fact)
+        if together and state != "reverted":
             yield from self._tell({"do": "kv_trial", "state": state, "text": text, "fact": fact})
+        result = yield from self._own_trial(state, text, fact, may_fail)
+        if together and state == "reverted":
+            # This node is back on its last-known-good value before any word to the others, which may not come
+            # (the controller killed, the link down): each of them reverts by itself then.
+            yield from self._tell({"do": "kv_trial", "state": state, "text": text, "fact": fact})
+        return result
+
+    def _own_trial(self, state, text=None, fact=None, may_fail=False):
         args = {"unit": self.args["unit"], "state": state, "run_id": self.run_id, "controller": self.controller,
                 "lease": int(self.s["confirm_timeout"]) + 600}
         if text is not None:
@@ -189,7 +203,7 @@ class UnitRun(NodeSteps):
         if self.node is not None and not self.check_mode:
             if self.node["node_rank"] > 0:
                 return (yield from self._follow(info))
-            others = yield from self._lead()
+            others = yield from self._lead(info)
         if self.args["reset"]:
             return (yield from self._reset(info))
         plan, safe = None, None
@@ -232,7 +246,7 @@ class UnitRun(NodeSteps):
 
     def _report(self, status, why, line, info):
         return {"changed": self.changed, "status": status, "why": why, "line": line, "pin": info["pin"],
-                "fingerprint_hash": info.get("fingerprint_hash")}
+                "fingerprint_hash": info.get("fingerprint_hash"), "other_gib": other_gib(info.get("gpu_memory"))}
 
     def _tuner(self, info, model, safe, plan):
         """The search's starting point: the running server's boot (or the failed start's), the value it runs, and

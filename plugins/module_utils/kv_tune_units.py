@@ -23,6 +23,16 @@ def unit_gpus(gpu_memory):
     return found or None
 
 
+def other_gib(gpu_memory):
+    """GiB that other processes hold on the unit's GPUs (every GPU when none is known to be the unit's), from
+    kv_fingerprint's ``gpu_memory``; None when it is not known."""
+    if gpu_memory is None:
+        return None
+    mine = unit_gpus(gpu_memory)
+    held = sum(gpu.get("other_bytes") or 0 for gpu in gpu_memory if mine is None or gpu["index"] in mine)
+    return round(held / 2.0 ** 30, 2)
+
+
 def neighbours(gpu_sets):
     """unit -> the other units whose servers share a GPU with it (unit -> its GPUs, None: unknown, shares nothing
     known).

@@ -27,6 +27,10 @@ description:
     C(/etc/systemd/system/<unit>.d/50-kv-tune.conf) and, with O(fact), the unit's entry in the local fact file (a
     fact file that is not JSON is moved aside, with a warning), stops the timer, removes the trial drop-in and
     reloads systemd. It does not restart, since the server runs the value.
+  - O(state=prepared) writes what O(state=committed) with the same O(value) and O(fact) would write, next to each
+    file (C(<file>.kv-next)), and changes nothing that systemd or Ansible reads. A full disk or a read-only
+    directory fails here, on every node of a server that spans hosts, before any of them commits. O(state=committed)
+    then moves the prepared files into place.
   - O(state=reverted) stops the timers, removes the trial drop-in and restarts the unit on its last-known-good
     value (also used to start a stopped unit on it).
   - O(state=disarmed) stops revert timers of the unit left by earlier runs, without a restart (a timer without a
@@ -53,12 +57,12 @@ options:
   state:
     description: What to do with the unit's trial, pin or lock.
     type: str
-    choices: [locked, unlocked, started, committed, reverted, disarmed, reset]
+    choices: [locked, unlocked, started, prepared, committed, reverted, disarmed, reset]
     required: true
   value:
     description:
       - The C(--mem-fraction-static) as it is written, a decimal strictly between 0 and 1 (V(0.910)).
-      - Required with O(state=started) and O(state=committed).
+      - Required with O(state=started), O(state=prepared) and O(state=committed).
     type: str
   run_id:
     description:
@@ -79,7 +83,8 @@ options:
     type: int
     default: 3600
   fact:
-    description: With O(state=committed), the unit's entry in O(fact_path) (what proved the value).
+    description: With O(state=prepared) and O(state=committed), the unit's entry in O(fact_path) (what proved the
+      value).
     type: dict
   fact_path:
     description: The local fact file of the pins (JSON, one entry per unit).
@@ -173,6 +178,10 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands impo
     C_LOCALE, SystemctlError, list_units, unit_properties)
 
 
+# What state=prepared writes next to each file of a commit; systemd reads only *.conf and Ansible only *.fact.
+PREPARED = ".kv-next"
+
+
 class KvTrial(object):
     def __init__(self, module):
         self.module = module
@@ -214,6 +223,21 @@ class KvTrial(object):
         os.chown(tmp, 0, 0)
         self.module.atomic_move(tmp, path)
         os.chmod(path, mode)
+        self.changed = True
+        return True
+
+    def move_prepared(self, path, text):
+        """Move ``path``'s prepared file into place when it holds ``text`` (a rename: no space needed); a stale one
+        (another value) is removed. Whether it was moved."""
+        try:
+            with open(path + PREPARED, encoding="utf-8") as handle:
+                prepared = handle.read() == text
+        except FileNotFoundError:
+            return False
+        if not prepared:
+            self.remove(path + PREPARED)
+            return False
+        self.module.atomic_move(path + PREPARED, path)
         self.changed = True
         return True
 
@@ -306,8 +330,9 @@ class KvTrial(object):
             self.module.fail_json(msg="%s; the revert timer is disarmed and nothing was restarted" % problem)
         self.restart()
 
-    def committed(self, value, fact, fact_path):
-        facts = None
+    def commit_files(self, value, fact, fact_path):
+        """[(path, text)] that make ``value`` (and ``fact``) the unit's last-known-good one."""
+        files = [(self.paths["pin"], kv_pin.dropin_text(self.unit, value, trial=False))]
         if fact is not None:
             # Read first: a fact file that cannot be updated stops the commit before the pin changes.
             try:
@@ -322,17 +347,26 @@ class KvTrial(object):
                 os.rename(fact_path, aside)
                 self.module.warn("%s; moved it to %s and wrote a new one" % (exc, aside))
                 current = None
-            facts = kv_pin.facts_text(current, self.unit, fact)
-        self.write(self.paths["pin"], kv_pin.dropin_text(self.unit, value, trial=False), 0o644)
-        if facts is not None:
-            self.write(fact_path, facts, 0o644)
+            files.append((fact_path, kv_pin.facts_text(current, self.unit, fact)))
+        return files
+
+    def prepared(self, value, fact, fact_path):
+        for path, text in self.commit_files(value, fact, fact_path):
+            self.write(path + PREPARED, text, 0o644)
+
+    def committed(self, value, fact, fact_path):
+        for path, text in self.commit_files(value, fact, fact_path):
+            if not self.move_prepared(path, text):
+                self.write(path, text, 0o644)
         self.disarm()
         self.remove(self.paths["trial"])
         self.must(self.systemctl, "daemon-reload")
 
-    def reverted(self):
+    def reverted(self, fact_path):
         self.disarm(every_run=self.run_id is None)
         self.remove(self.paths["trial"])
+        for path in (self.paths["pin"], fact_path):   # a commit that did not happen
+            self.remove(path + PREPARED)
         self.must(self.systemctl, "daemon-reload")
         self.restart()
 
@@ -364,7 +398,8 @@ def build_module():
         argument_spec=dict(
             unit=dict(type="str", required=True),
             state=dict(type="str", required=True,
-                       choices=["locked", "unlocked", "started", "committed", "reverted", "disarmed", "reset"]),
+                       choices=["locked", "unlocked", "started", "prepared", "committed", "reverted", "disarmed",
+                                "reset"]),
             value=dict(type="str"),
             run_id=dict(type="str"),
             controller=dict(type="str", default="unknown"),
@@ -373,8 +408,9 @@ def build_module():
             fact=dict(type="dict"),
             fact_path=dict(type="path", default=kv_pin.FACT_PATH),
         ),
-        required_if=[("state", "started", ["value"]), ("state", "committed", ["value"]),
-                     ("state", "locked", ["run_id"]), ("state", "unlocked", ["run_id"])],
+        required_if=[("state", "started", ["value"]), ("state", "prepared", ["value"]),
+                     ("state", "committed", ["value"]), ("state", "locked", ["run_id"]),
+                     ("state", "unlocked", ["run_id"])],
         supports_check_mode=False,
     )
 
@@ -393,10 +429,12 @@ def main() -> None:
             trial.hold_lock(take=state == "locked")
         if state == "started":
             trial.started(params["value"], params["confirm_timeout"])
+        elif state == "prepared":
+            trial.prepared(params["value"], params["fact"], params["fact_path"])
         elif state == "committed":
             trial.committed(params["value"], params["fact"], params["fact_path"])
         elif state == "reverted":
-            trial.reverted()
+            trial.reverted(params["fact_path"])
         elif state == "disarmed":
             trial.disarmed_state()
         elif state == "reset":

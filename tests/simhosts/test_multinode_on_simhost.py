@@ -13,12 +13,15 @@ oracle, asked for both nodes, gives the largest stable value. A re-run changes n
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
 import pytest
 import yaml
 
-from simhost_lib import (HOST_JSON, SAFETY_GIB, TRIAL_DROPIN, deployed, fact, invocation, running_fraction, server_argv,
-                         set_faults, ssh, tune, write_host_vars)
+from simhost_lib import (HOST_JSON, PIN_DROPIN, SAFETY_GIB, TRIAL_DROPIN, controller, deployed, fact, invocation,
+                         running_fraction, server_argv, set_faults, ssh, trial_left, tune, wait_for, write_host_vars)
 
 PREFIX = "simnodes"
 NODES = [f"{PREFIX}1", f"{PREFIX}2"]
@@ -109,3 +112,79 @@ def test_a_server_with_a_node_left_out_is_not_tuned(server, tmp_path):
     assert run.status == "failed"
     assert "node rank 1 is not in this run" in run.stdout
     assert {host: invocation(host) for host in NODES} == before
+
+
+def _trial_on(host):
+    """Whether ``host`` has a trial drop-in: True, False, or None when it does not answer in time (its CPU busy with
+    a start: a poll tries again)."""
+    out = ssh(host, f"test -e {TRIAL_DROPIN} && echo yes || echo no", check=False).strip()
+    return {"yes": True, "no": False}.get(out)
+
+
+def _runs(host, value):
+    """The server on ``host`` runs ``value`` (False between two starts, or when the host does not answer in time)."""
+    try:
+        return running_fraction(host) == pytest.approx(value)
+    except AssertionError:
+        return False
+
+
+def _serves(host, value):
+    """The server on ``host`` runs ``value`` and its log since that start says it is ready."""
+    try:
+        if not _runs(host, value):
+            return False
+        return "ready to roll" in ssh(host, "journalctl -o cat _SYSTEMD_INVOCATION_ID=%s" % invocation(host))
+    except AssertionError:   # between two starts (no main process to read), or no answer in time
+        return False
+
+
+def test_a_commit_that_cannot_be_written_on_node_0_pins_neither_node(server, tmp_path):
+    """Fault: node 0's drop-in directory is read-only when the verified value is committed (a full disk, say).
+    Before, node 1 pinned the new value, node 0 kept its old one, and the next run said both hold. Now every node
+    prepares the commit first: node 0's fails there, every node reverts its trial at once, and neither pin moves."""
+    pinned = {host: fact(host)["mem_fraction_static"] for host in NODES}
+    directory = os.path.dirname(PIN_DROPIN)
+    ssh(NODES[0], f"mount --bind {directory} {directory} && mount -o remount,ro,bind {directory}")
+    try:
+        run = tune(server, tmp_path, kv_tune_force=True, kv_tune_start=round(pinned[NODES[0]] - 0.01, 3),
+                   kv_tune_budget=1)
+    finally:
+        ssh(NODES[0], f"umount {directory}")
+    assert run.status == "failed", run.stdout[-8000:]
+    assert "Read-only file system" in run.stdout, run.stdout[-8000:]
+    for host in NODES:
+        assert fact(host)["mem_fraction_static"] == pytest.approx(pinned[host])
+        assert running_fraction(host) == pytest.approx(pinned[host])
+        assert not trial_left(host)
+        assert ssh(host, f"ls {directory}").split() == [os.path.basename(PIN_DROPIN)]   # nothing prepared is left
+
+
+def test_the_controller_killed_during_a_two_node_load_reverts_both_nodes_at_once(server, tmp_path):
+    """Fault: ansible-playbook killed (its workers live on) while node 0 drives a trial's load. Before, node 0's
+    revert first waited for node 1, gave up as the controller was gone, and left node 0 on the unverified value until
+    its revert timer. Now each node reverts its own trial before any word to the other: both are back on their pins
+    within seconds, long before the timers (30 minutes here)."""
+    pinned = fact(NODES[0])["mem_fraction_static"]
+    trial = round(pinned - 0.01, 3)
+    proc = controller(server, tmp_path, kv_tune_force=True, kv_tune_start=trial, kv_tune_budget=1,
+                      kv_tune_ready_timeout=300, kv_tune_stress_duration=20, kv_tune_confirm_timeout=1800)
+    try:
+        assert wait_for(lambda: proc.poll() is not None or all(_trial_on(host) for host in NODES), 240) \
+            and proc.poll() is None, (tmp_path / "controller.log").read_text()[-4000:]
+        assert wait_for(lambda: _serves(NODES[0], trial), 240), "the trial's server did not come up"
+        time.sleep(8)   # its readiness check, then the 20 s load
+        os.kill(proc.pid, signal.SIGKILL)   # ansible-playbook only: its workers see it gone
+        killed = time.monotonic()
+        assert wait_for(lambda: all(_trial_on(host) is False for host in NODES), 120), \
+            (tmp_path / "controller.log").read_text()[-4000:]
+        seconds = time.monotonic() - killed
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # the workers too, whatever they did
+        except ProcessLookupError:
+            pass
+    for host in NODES:
+        assert wait_for(lambda host=host: _runs(host, pinned), 120), host
+        assert fact(host)["mem_fraction_static"] == pytest.approx(pinned)
+    assert seconds < 120

@@ -55,7 +55,8 @@ class Host(object):
         assert what == expected, "call %d: %s (%s), the script expects %s" % (len(self.calls), what, args, expected)
         answer = copy.deepcopy(answer)
         if isinstance(answer, dict) and "raise" in answer:
-            raise {"ChannelTimeout": ChannelTimeout, "RuntimeError": RuntimeError}[answer["raise"]](answer["msg"])
+            raise {"ChannelTimeout": ChannelTimeout, "RuntimeError": RuntimeError,
+                   "ControllerGone": kv_tune_action.ControllerGone}[answer["raise"]](answer["msg"])
         if what == "kv_fingerprint":
             return dict(copy.deepcopy(INFO), **(answer or {}))
         if what == "sglang_startup_facts":

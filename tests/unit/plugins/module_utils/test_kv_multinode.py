@@ -88,3 +88,20 @@ def test_the_boot_that_explains_a_failed_start_is_the_node_that_ran_out_of_memor
     assert mn.server_boot(echo, {"n1": oom})["failure"] == oom["failure"]
     assert mn.server_boot(own, {"n1": oom})["failure"] == own["failure"]
     assert mn.server_boot(echo, {"n1": echo})["failure"] == echo["failure"]
+
+
+@pytest.mark.parametrize("leader, hellos, reason", [
+    ({"rank": 0, "host": "a", "pin": 0.9, "running": 0.9},
+     [{"rank": 1, "host": "b", "status": "unchanged", "pin": 0.9, "running": 0.9}], None),
+    ({"rank": 0, "host": "a", "pin": 0.85, "running": 0.85},
+     [{"rank": 1, "host": "b", "status": "unchanged", "pin": 0.92, "running": 0.92}],
+     "the nodes are pinned on different values (node 0 (a) 0.85, node 1 (b) 0.92); "
+     "the nodes are running different values (node 0 (a) 0.85, node 1 (b) 0.92)"),
+    ({"rank": 0, "host": "a", "pin": None, "running": 0.9},
+     [{"rank": 2, "host": "c", "status": "unchanged", "pin": 0.9, "running": 0.9},
+      {"rank": 1, "host": "b", "status": "tune", "why": "never tuned", "pin": None, "running": 0.9}],
+     "node 1 (b): never tuned; the nodes are pinned on different values (node 0 (a) none, node 1 (b) none, "
+     "node 2 (c) 0.9)"),
+])
+def test_nodes_of_one_server_on_different_pins_or_values_are_a_reason_to_tune(leader, hellos, reason):
+    assert mn.followers_reason(hellos, leader) == reason

@@ -549,3 +549,24 @@ def test_a_token_floor_is_refused_for_hybrid_models():
     with pytest.raises(kv_tune_settings.TuneError, match="kv_tune_min_tokens is not supported for hybrid"):
         kv_tune_model.lower_bound(BOOT, model, 100000)
     assert kv_tune_model.lower_bound(BOOT, model) == pytest.approx(1 - 21.71 / 94.04)
+
+
+def test_the_canary_of_a_class_is_a_host_whose_gpus_hold_nothing_else():
+    held = dict(probe("A" * 64), other_gib=8.0)
+    plan = kv_tune_classes.class_plan({"a1": held, "a2": probe("A" * 64), "a3": probe("A" * 64)}, ["a1", "a2", "a3"])
+    assert [plan[host]["role"] for host in ("a1", "a2", "a3")] == ["member", "canary", "member"]
+    assert plan["a1"]["canary"] == "a2"
+    everywhere = kv_tune_classes.class_plan({"a1": held, "a2": held}, ["a1", "a2"])
+    assert [everywhere[host]["role"] for host in ("a1", "a2")] == ["canary", "member"]
+
+
+@pytest.mark.parametrize("gpu_memory, expected", [
+    (None, None),
+    ([{"index": 0, "server_bytes": 5, "other_bytes": 2 ** 33}, {"index": 1, "server_bytes": 0, "other_bytes": 2 ** 33}],
+     8.0),
+    ([{"index": 0, "server_bytes": 0, "other_bytes": 2 ** 30}, {"index": 1, "server_bytes": 0, "other_bytes": 2 ** 30}],
+     2.0),
+    ([{"index": 0, "server_bytes": 5, "other_bytes": 0}], 0.0),
+])
+def test_other_processes_memory_on_the_units_gpus(gpu_memory, expected):
+    assert kv_tune_units.other_gib(gpu_memory) == expected
