@@ -131,7 +131,7 @@ sim: venv
 # host changes): the hosts wait on Ansible and the simulator far more than on the CPU. The longest files first
 # (tests/simhosts/conftest.py, FILE_SECONDS), in that order rather than pytest-xdist's by number of tests.
 simhosts: venv wheelhouse
-	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/simhosts
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests/simhosts
 
 # Roles on simulated hosts: create, converge, idempotence, testinfra verify, destroy.
 molecule: venv wheelhouse
