@@ -18,6 +18,27 @@ class TuneError(checks.InvalidInput):
 
 STRATEGIES = ("per_host", "per_class")
 
+# The closed range of each numeric setting, with its unit and why: far beyond what a real deployment needs, so that
+# a typo (1e12 seconds of load, a poll every nanosecond, a load that fills nothing) is refused before the host is
+# touched. The role's argument specs and the module docs state the same ranges (test_kv_tune_contract.py).
+BOUNDS = {
+    "safety_gib": (0, 64, "GiB", "more than a quarter of the largest GPU's memory would leave no pool to tune"),
+    "budget": (1, 30, "trials", "each trial is a restart of the server"),
+    "ready_timeout": (1, 21600, "seconds", "six hours: the largest models load in well under that"),
+    "ready_interval": (0.1, 60, "seconds", "a faster poll only loads the server; a slower one wastes the trial"),
+    "stress_duration": (1, 3600, "seconds", "an hour of load per trial; the pool fills within minutes"),
+    "confirm_timeout": (3, 86400, "seconds", "a day: longer leaves an unverified value on a host that lost its "
+                                             "controller for that long"),
+    "stress_fill_ratio": (0.5, 1, "of the pool", "a load holding less than half the pool says nothing about the "
+                                                 "largest batches"),
+}
+
+
+def bound_text(name):
+    """The range of setting ``name`` as the messages and the docs write it: ``[1, 3600] seconds``."""
+    low, high, unit, _why = BOUNDS[name]
+    return "[%s, %s] %s" % (low, high, unit)
+
 
 def check_settings(raw):
     """The tuner's settings (the role's kv_tune_* variables without the prefix) checked and typed. Raises TuneError
@@ -28,9 +49,14 @@ def check_settings(raw):
 
     def num(name, kind=float):
         try:
-            return checks.parse_number("kv_tune_" + name, raw.get(name), kind, TuneError)
+            value = checks.parse_number("kv_tune_" + name, raw.get(name), kind, TuneError)
         except TuneError as exc:
             raise TuneError("Invalid input for llmserve.sglang.kv_tune: %s" % exc) from None
+        if name in BOUNDS:
+            low, high, _unit, why = BOUNDS[name]
+            need(low <= value <= high, "kv_tune_%s must lie in %s (got %g): %s."
+                 % (name, bound_text(name), value, why))
+        return value
 
     unit = str(raw.get("unit") or "")
     need(_UNIT_NAME.match(unit), "kv_tune_unit must be a systemd service name such as sglang.service (got '%s')."
@@ -52,22 +78,19 @@ def check_settings(raw):
     need(settings["start"] is None or kv_search.on_grid(settings["start"], settings["resolution"]),
          "kv_tune_start (%s) is not on the kv_tune_resolution grid (%s)." % (raw.get("start"), raw["resolution"]))
     settings["safety_gib"] = num("safety_gib")
-    need(settings["safety_gib"] >= 0, "kv_tune_safety_gib must be >= 0 (got %s)." % raw["safety_gib"])
     settings["budget"] = num("budget", int)
-    need(settings["budget"] >= 1, "kv_tune_budget must be at least 1 (got %s)." % raw["budget"])
     settings["min_tokens"] = None if raw.get("min_tokens") is None else num("min_tokens", int)
     need(settings["min_tokens"] is None or settings["min_tokens"] > 0,
          "kv_tune_min_tokens must be a positive token count (got %s)." % raw.get("min_tokens"))
     for name in ("ready_timeout", "ready_interval", "stress_duration", "confirm_timeout"):
         settings[name] = num(name)
-    need(settings["ready_timeout"] > 0 and settings["ready_interval"] > 0 and settings["stress_duration"] > 0
-         and settings["confirm_timeout"] > settings["ready_timeout"] + settings["stress_duration"],
-         "kv_tune_ready_timeout, kv_tune_ready_interval and kv_tune_stress_duration must be > 0, and "
-         "kv_tune_confirm_timeout (%s) longer than a trial (ready timeout + load), or the host would revert a trial "
-         "that is still running." % raw["confirm_timeout"])
+    need(settings["ready_interval"] <= settings["ready_timeout"],
+         "kv_tune_ready_interval (%s) must not exceed kv_tune_ready_timeout (%s): the server would get one poll."
+         % (raw["ready_interval"], raw["ready_timeout"]))
+    need(settings["confirm_timeout"] > settings["ready_timeout"] + settings["stress_duration"],
+         "kv_tune_confirm_timeout (%s) must be longer than a trial (ready timeout + load), or the host would revert "
+         "a trial that is still running." % raw["confirm_timeout"])
     settings["stress_fill_ratio"] = num("stress_fill_ratio")
-    need(0 < settings["stress_fill_ratio"] <= 1,
-         "kv_tune_stress_fill_ratio must lie in (0, 1] (got %s)." % raw["stress_fill_ratio"])
     settings["strategy"] = str(raw.get("strategy") or "per_host")
     need(settings["strategy"] in STRATEGIES, "kv_tune_strategy must be one of %s (got '%s')."
          % (", ".join(STRATEGIES), settings["strategy"]))
@@ -83,4 +106,6 @@ def with_defaults(args):
     trial (the ready timeout and two loads) by ten minutes."""
     if args.get("confirm_timeout") is not None:
         return args
+    if not all(checks.is_number(args.get(name)) for name in ("ready_timeout", "stress_duration")):
+        return args     # check_settings names the bad one; int() of an infinity would raise here
     return dict(args, confirm_timeout=int(args["ready_timeout"] + 2 * args["stress_duration"] + 600))

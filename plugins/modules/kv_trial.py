@@ -79,7 +79,7 @@ options:
     type: int
     default: 4200
   confirm_timeout:
-    description: Seconds after O(state=started) at which the host reverts an unconfirmed trial by itself.
+    description: Seconds after O(state=started) at which the host reverts an unconfirmed trial by itself (3 to 86400).
     type: int
     default: 3600
   fact:
@@ -173,7 +173,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin, kv_tune_settings
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_properties)
 
@@ -304,8 +304,11 @@ class KvTrial(object):
     # -- states ----------------------------------------------------------------------------------------------------
 
     def started(self, value, confirm_timeout):
-        if confirm_timeout < 1:
-            self.module.fail_json(msg="confirm_timeout must be at least 1 second, got %d" % confirm_timeout)
+        # The tuner's own bound: a timer days away would leave the host on an unverified value that long.
+        low, high = kv_tune_settings.BOUNDS["confirm_timeout"][:2]
+        if not low <= confirm_timeout <= high:
+            self.module.fail_json(msg="confirm_timeout must lie in %s, got %d"
+                                  % (kv_tune_settings.bound_text("confirm_timeout"), confirm_timeout))
         self.write(kv_pin.REVERT_SCRIPT, kv_pin.REVERT_SCRIPT_TEXT, 0o755)
         self.disarm()  # this run's timer of its previous trial
         self.must(self.module.get_bin_path("systemd-run", required=True), "--quiet",

@@ -69,11 +69,11 @@ options:
     type: float
     default: 0.005
   safety_gib:
-    description: GiB that must stay free on every GPU under the load.
+    description: GiB that must stay free on every GPU under the load (0 to 64).
     type: float
     default: 1.0
   budget:
-    description: Trials in all, the first measurement included.
+    description: Trials in all, the first measurement included (1 to 30).
     type: int
     default: 6
   min_tokens:
@@ -99,24 +99,24 @@ options:
     description: The server's API key.
     type: str
   ready_timeout:
-    description: Seconds a restarted server has to answer a real generation.
+    description: Seconds a restarted server has to answer a real generation (1 to 21600).
     type: float
     default: 1800
   ready_interval:
-    description: Seconds between readiness polls.
+    description: Seconds between readiness polls (0.1 to 60).
     type: float
     default: 5
   stress_fill_ratio:
-    description: Share of the KV pool the load holds at once.
+    description: Share of the KV pool the load holds at once (0.5 to 1).
     type: float
     default: 0.95
   stress_duration:
-    description: Seconds of load per trial.
+    description: Seconds of load per trial (1 to 3600).
     type: float
     default: 120
   confirm_timeout:
-    description: Seconds after which the host reverts an unconfirmed trial by itself; default the readiness timeout
-      plus twice the load plus 600.
+    description: Seconds after which the host reverts an unconfirmed trial by itself (3 to 86400); default the
+      readiness timeout plus twice the load plus 600.
     type: int
   strategy:
     description: V(per_host) searches on every host; V(per_class) lets a member of a class of identical fingerprints

@@ -215,3 +215,16 @@ def test_the_task_passes_each_role_option_as_its_action_option(file_name):
     for name, value in args.items():
         expected = TASK_ARGS[file_name].get(name, "{{ %s }}" % role_option(name))
         assert value == expected, "%s: %s: %r, expected %r" % (file_name, name, value, expected)
+
+
+# --- bounds ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(kv_tune_settings.BOUNDS))
+def test_the_role_and_the_docs_state_the_settings_bounds(name):
+    """check_settings is where the ranges are enforced; the role's spec and the module docs must say the same."""
+    low, high = kv_tune_settings.BOUNDS[name][:2]
+    words = "(%s to %s)" % (low, high)
+    for where, option in (("role", ROLE_OPTIONS[role_option(name)]), ("docs", DOCS[name])):
+        description = option["description"]
+        text = " ".join(description) if isinstance(description, list) else description
+        assert words in text, "%s: the %s description does not say %s" % (name, where, words)
