@@ -1,9 +1,11 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""rollout_rescue_plan and rollout_outcome: the rollout role's decisions (module_utils/rollout.py). Documentation:
-rollout_rescue_plan.yml and rollout_outcome.yml beside this file."""
+"""rollout_rescue_plan, rollout_outcome and rollout_check_inputs: the rollout's decisions (module_utils/rollout.py).
+Documentation: the .yml file of each beside this file."""
 from __future__ import annotations
+
+import os
 
 from ansible.errors import AnsibleFilterError
 
@@ -30,6 +32,23 @@ def rollout_outcome(host, phase, before=None, after=None, failure=None, plan=Non
         raise AnsibleFilterError(str(exc))
 
 
+def rollout_check_inputs(hosts, hostvars, playbook_dir):
+    """Every host's rollout inputs checked (module_utils/rollout.py check_inputs); raises with each bad one."""
+    values = {}
+    for host in plain(hosts):
+        own = hostvars[host]
+        values[host] = {name: plain(own[name]) for name in rollout.INPUTS if name in own}
+    # The one observation the pure check needs: which hook files exist on the controller.
+    paths = {rollout.hook_path(str(one.get(name) or ""), str(playbook_dir))
+             for one in values.values() for name in rollout.HOOKS if one.get(name)}
+    try:
+        return rollout.check_inputs(values, frozenset(path for path in paths if os.path.isfile(path)),
+                                    str(playbook_dir))
+    except rollout.RolloutError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
 class FilterModule:
     def filters(self):
-        return {"rollout_rescue_plan": rollout_rescue_plan, "rollout_outcome": rollout_outcome}
+        return {"rollout_rescue_plan": rollout_rescue_plan, "rollout_outcome": rollout_outcome,
+                "rollout_check_inputs": rollout_check_inputs}

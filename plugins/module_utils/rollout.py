@@ -10,6 +10,11 @@ user's hook), ``upgrade`` (the roles of site.yml), ``gate_after`` (a real genera
 """
 from __future__ import annotations
 
+import posixpath
+import re
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_tune_settings
+
 PHASES = ("gate_before", "drain", "upgrade", "gate_after", "retune", "undrain", "done")
 # Phases in which the host may already run something else than before: a failure there rolls SGLang back.
 CHANGED_PHASES = ("upgrade", "gate_after", "retune")
@@ -25,7 +30,121 @@ PHASE_TEXT = {
 
 
 class RolloutError(ValueError):
-    """An input the decisions cannot use (an unknown phase)."""
+    """An input the decisions cannot use (an unknown phase, a bad rollout input)."""
+
+
+# PEP 440 versions in their normal form (what pip prints and installs with ==): 0.5.10, 0.4.6.post5, 0.5.0rc2,
+# 1!2.0.dev1, 0.5.9+cu128. Anything else (an empty string, a specifier, "0.5.9 && reboot") is not a version.
+_PEP440 = re.compile(r"([0-9]+!)?[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?"
+                     r"(\+[a-z0-9]+(\.[a-z0-9]+)*)?")
+_UNIT = re.compile(r"^[A-Za-z0-9_.@-]+\.service$")
+_URL = re.compile(r"^https?://[A-Za-z0-9.\[\]:_-]+(/[^\s]*)?$")
+_SERIAL_PERCENT = re.compile(r"^([0-9]+(\.[0-9]+)?)%$")
+# Seconds the gates and the roll-back's restart may wait: the tuner's own bound for a server's start.
+MAX_WAIT_S = kv_tune_settings.BOUNDS["ready_timeout"][1]
+MAX_INTERVAL_S = kv_tune_settings.BOUNDS["ready_interval"][1]
+HOOKS = ("rollout_drain_tasks", "rollout_undrain_tasks")
+# The inputs of playbooks/rollout.yml that check_inputs reads from each host's variables; an input a host does not
+# set takes its role's default, which is valid (the unit tests check the defaults).
+INPUTS = ("sglang_version", "nvidia_driver_branch", "nvidia_driver_version", "rollout_serial",
+          "rollout_max_fail_percentage", "rollout_gate_timeout", "rollout_ready_timeout", "rollout_ready_interval",
+          "rollout_unit", "rollout_url", "rollout_retune") + HOOKS
+
+
+def hook_path(path, playbook_dir):
+    """Where a hook's task file is on the controller: absolute, or relative to the playbook (the role's defaults)."""
+    return posixpath.normpath(posixpath.join(playbook_dir, path))
+
+
+def _serial_problem(serial):
+    """Why ``serial`` (Ansible's play keyword: a batch size, a percentage, or a list of them) is not a rollout's
+    batches, or None. Ansible reads 0 as "all hosts at once": no canary."""
+    batches = serial if isinstance(serial, list) else [serial]
+    if not batches:
+        return "must name at least one batch"
+    for batch in batches:
+        text = str(batch).strip()
+        percent = _SERIAL_PERCENT.fullmatch(text)
+        if percent:
+            if not 0 < float(percent.group(1)) <= 100:
+                return "a percentage must lie in (0, 100]%% (got %r)" % (batch,)
+        elif isinstance(batch, bool) or not text.isdigit() or int(text) < 1:
+            return "each batch must be a host count >= 1 or a percentage such as '25%%' (got %r)" % (batch,)
+    return None
+
+
+def _number_problem(value, kind, low, high):
+    try:
+        number = checks.parse_number("", value, kind, RolloutError)
+    except RolloutError:
+        return "must be %s (got %r)" % ("a whole number" if kind is int else "a number", value)
+    return None if low <= number <= high else "must lie in [%s, %s] (got %r)" % (low, high, value)
+
+
+def input_problems(values, regular_files=frozenset(), playbook_dir="."):
+    """What is wrong with one host's rollout inputs: a list of "name: why" (empty when all are valid). ``values``:
+    the inputs of INPUTS that the host sets; ``regular_files``: the hook paths (hook_path) that are regular files on
+    the controller, observed by the caller."""
+    problems = []
+
+    def bad(name, why):
+        problems.append("%s %s" % (name, why))
+
+    if "sglang_version" in values and not _PEP440.fullmatch(str(values["sglang_version"])):
+        bad("sglang_version", "must be an exact PEP 440 version such as 0.5.10 or 0.4.6.post5 (got %r)"
+            % (values["sglang_version"],))
+    branch = str(values.get("nvidia_driver_branch", ""))
+    if "nvidia_driver_branch" in values and not re.fullmatch(r"[0-9]{3}", branch):
+        bad("nvidia_driver_branch", "must be a driver branch such as '580' (got %r)" % (values["nvidia_driver_branch"],))
+    version = str(values.get("nvidia_driver_version") or "")
+    if version and not (re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?", version)
+                        and (not branch or version.split(".")[0] == branch)):
+        bad("nvidia_driver_version", "must be empty or an upstream version of the driver branch such as 580.105.08 "
+            "(got %r)" % (version,))
+    if "rollout_serial" in values:
+        why = _serial_problem(values["rollout_serial"])
+        if why:
+            bad("rollout_serial", why)
+    for name, kind, low, high in (("rollout_max_fail_percentage", float, 0, 100),
+                                  ("rollout_gate_timeout", int, 1, MAX_WAIT_S),
+                                  ("rollout_ready_timeout", int, 1, MAX_WAIT_S),
+                                  ("rollout_ready_interval", int, 1, MAX_INTERVAL_S)):
+        if name in values:
+            why = _number_problem(values[name], kind, low, high)
+            if why:
+                bad(name, why)
+    if "rollout_unit" in values and not _UNIT.fullmatch(str(values["rollout_unit"])):
+        bad("rollout_unit", "must be a systemd service name such as sglang.service (got %r)" % (values["rollout_unit"],))
+    if "rollout_url" in values and not _URL.fullmatch(str(values["rollout_url"])):
+        bad("rollout_url", "must be an http:// or https:// URL such as http://127.0.0.1:30000 (got %r)"
+            % (values["rollout_url"],))
+    if "rollout_retune" in values:
+        try:
+            checks.parse_bool("rollout_retune", values["rollout_retune"], RolloutError)
+        except RolloutError:
+            bad("rollout_retune", "must be true or false (got %r)" % (values["rollout_retune"],))
+    hooks = {name: str(values.get(name) or "") for name in HOOKS}
+    for name, path in hooks.items():
+        if path and hook_path(path, playbook_dir) not in regular_files:
+            bad(name, "must be empty or a task file on the controller, absolute or relative to the playbook: %s is not "
+                "a regular file" % hook_path(path, playbook_dir))
+    if hooks["rollout_drain_tasks"] and not hooks["rollout_undrain_tasks"]:
+        bad("rollout_drain_tasks", "is set without rollout_undrain_tasks: every upgraded host would stay drained")
+    return problems
+
+
+def check_inputs(host_values, regular_files=frozenset(), playbook_dir="."):
+    """Every host's rollout inputs (``host_values``: {host: the inputs it sets}) checked before any host is touched.
+    Returns {hosts, sglang_versions}; raises RolloutError naming each bad input and the hosts that have it."""
+    hosts_of = {}
+    for host in sorted(host_values):
+        for problem in input_problems(host_values[host], regular_files, playbook_dir):
+            hosts_of.setdefault(problem, []).append(host)
+    if hosts_of:
+        raise RolloutError("Invalid input for playbooks/rollout.yml, nothing was done: " + "; ".join(
+            "%s (%s)" % (problem, ", ".join(hosts)) for problem, hosts in sorted(hosts_of.items())))
+    versions = sorted({str(values["sglang_version"]) for values in host_values.values() if "sglang_version" in values})
+    return {"hosts": len(host_values), "sglang_versions": versions}
 
 
 def _check_phase(phase):

@@ -4,7 +4,10 @@
 """rollout: what a failure in each phase means for the host, its outcome and the fleet summary."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import rollout
 
@@ -110,3 +113,93 @@ def test_summary_rows():
     assert rows[0]["status"] == "upgraded" and rows[0]["after"]["sglang"] == "0.5.10" and "msg" not in rows[0]
     assert rows[1]["status"] == "unknown" and "NO OUTCOME" in rows[1]["line"]
     assert rows[2]["status"] == "not_started" and "NOT STARTED" in rows[2]["line"]
+
+
+# --- the inputs, before any host is touched -------------------------------------------------------------------------
+
+HOOK = "/srv/hooks/drain.yml"
+UNHOOK = "/srv/hooks/undrain.yml"
+GOOD = {"sglang_version": "0.5.10", "rollout_serial": [1, "25%"], "rollout_drain_tasks": HOOK,
+        "rollout_undrain_tasks": UNHOOK, "rollout_gate_timeout": 120, "rollout_ready_interval": 5,
+        "rollout_ready_timeout": "1800", "rollout_max_fail_percentage": 0, "rollout_unit": "sglang@a.service",
+        "rollout_url": "http://127.0.0.1:30000", "rollout_retune": "yes", "nvidia_driver_branch": 580,
+        "nvidia_driver_version": "580.105.08"}
+FILES = frozenset({HOOK, UNHOOK, "/work/playbooks/rollout_hooks/example_lb_drain.yml"})
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.4.6.post5", "0.5.0rc2", "1!2.0.dev1", "0.5.9+cu128", "1"])
+def test_a_pep_440_version_is_accepted(version):
+    assert rollout.input_problems(dict(GOOD, sglang_version=version), FILES) == []
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"sglang_version": ""}, "sglang_version must be an exact PEP 440 version such as 0.5.10 or 0.4.6.post5 (got '')"),
+    ({"sglang_version": "0.5.9 && reboot"}, "sglang_version must be an exact PEP 440 version"),
+    ({"sglang_version": ">=0.5.9"}, "sglang_version must be an exact PEP 440 version"),
+    ({"sglang_version": "0.5.*"}, "sglang_version must be an exact PEP 440 version"),
+    ({"sglang_version": "v0.5.9"}, "sglang_version must be an exact PEP 440 version"),
+    ({"sglang_version": "0.5.9\n"}, "sglang_version must be an exact PEP 440 version"),
+    ({"rollout_serial": 0}, "rollout_serial each batch must be a host count >= 1"),
+    ({"rollout_serial": [1, "0%"]}, "rollout_serial a percentage must lie in (0, 100]% (got '0%')"),
+    ({"rollout_serial": "150%"}, "rollout_serial a percentage must lie in (0, 100]%"),
+    ({"rollout_serial": []}, "rollout_serial must name at least one batch"),
+    ({"rollout_serial": [True]}, "rollout_serial each batch must be a host count"),
+    ({"rollout_serial": "all"}, "rollout_serial each batch must be a host count"),
+    ({"rollout_max_fail_percentage": 101}, "rollout_max_fail_percentage must lie in [0, 100] (got 101)"),
+    ({"rollout_gate_timeout": 0}, "rollout_gate_timeout must lie in [1, 21600] (got 0)"),
+    ({"rollout_gate_timeout": "1e12"}, "rollout_gate_timeout must lie in [1, 21600]"),
+    ({"rollout_ready_timeout": "soon"}, "rollout_ready_timeout must be a whole number (got 'soon')"),
+    ({"rollout_ready_interval": 0}, "rollout_ready_interval must lie in [1, 60]"),
+    ({"rollout_unit": "sglang; reboot"}, "rollout_unit must be a systemd service name"),
+    ({"rollout_url": "127.0.0.1:30000"}, "rollout_url must be an http:// or https:// URL"),
+    ({"rollout_retune": "maybe"}, "rollout_retune must be true or false (got 'maybe')"),
+    ({"rollout_drain_tasks": "/srv/hooks/missing.yml"},
+     "rollout_drain_tasks must be empty or a task file on the controller, absolute or relative to the playbook: "
+     "/srv/hooks/missing.yml is not a regular file"),
+    ({"rollout_undrain_tasks": "/srv/hooks"}, "rollout_undrain_tasks must be empty or a task file"),
+    ({"rollout_undrain_tasks": ""}, "rollout_drain_tasks is set without rollout_undrain_tasks"),
+    ({"nvidia_driver_branch": "58", "nvidia_driver_version": ""}, "nvidia_driver_branch must be a driver branch such as '580'"),
+    ({"nvidia_driver_version": "570.1.2"}, "nvidia_driver_version must be empty or an upstream version"),
+])
+def test_a_bad_input_is_named(changes, problem):
+    problems = rollout.input_problems(dict(GOOD, **changes), FILES)
+    assert len(problems) == 1 and problem in problems[0], problems
+
+
+def test_the_role_defaults_and_no_input_pass():
+    """A host that sets nothing takes the roles' defaults (empty hooks, the default batches) and passes."""
+    assert rollout.input_problems({}) == []
+    assert rollout.input_problems({"rollout_drain_tasks": "", "rollout_undrain_tasks": "",
+                                   "rollout_serial": [1, "25%"], "nvidia_driver_version": ""}) == []
+
+
+def test_a_relative_hook_is_the_playbooks():
+    values = {"rollout_drain_tasks": "rollout_hooks/example_lb_drain.yml",
+              "rollout_undrain_tasks": "rollout_hooks/example_lb_drain.yml"}
+    assert rollout.input_problems(values, FILES, "/work/playbooks") == []
+    assert rollout.input_problems(values, FILES, "/elsewhere") != []
+
+
+def test_check_inputs_names_every_bad_input_and_its_hosts():
+    with pytest.raises(rollout.RolloutError) as error:
+        rollout.check_inputs({"h1": dict(GOOD, sglang_version=""), "h2": dict(GOOD, sglang_version=""),
+                              "h3": dict(GOOD, rollout_gate_timeout=0), "h4": GOOD}, FILES)
+    message = str(error.value)
+    assert message.startswith("Invalid input for playbooks/rollout.yml, nothing was done: ")
+    assert "(got '') (h1, h2)" in message and "rollout_gate_timeout must lie in [1, 21600] (got 0) (h3)" in message
+    assert "h4" not in message
+
+
+def test_check_inputs_says_what_it_checked():
+    assert rollout.check_inputs({"h1": GOOD, "h2": dict(GOOD, sglang_version="0.5.9"), "h3": {}}, FILES) == {
+        "hosts": 3, "sglang_versions": ["0.5.10", "0.5.9"]}
+
+
+def test_the_rollout_roles_defaults_pass():
+    """The defaults a host takes when it sets nothing (roles/rollout/defaults/main.yml, sglang's version) are valid."""
+    root = Path(__file__).resolve().parents[4]
+    defaults = yaml.safe_load((root / "roles" / "rollout" / "defaults" / "main.yml").read_text())
+    defaults.update(sglang_version=yaml.safe_load((root / "roles" / "sglang" / "defaults" / "main.yml").read_text())
+                    ["sglang_version"])
+    plain = {name: value for name, value in defaults.items() if name in rollout.INPUTS and "{{" not in str(value)}
+    assert "sglang_version" in plain and rollout.input_problems(plain) == []
