@@ -10,12 +10,14 @@
   server downloaded into): read only when that user could read it anyway, so that a symlink planted in a
   user-writable directory cannot make root read (and report) a file only root may see. Never executed.
 
-I/O: ``os.lstat``, ``os.stat``, ``os.readlink`` and reads of the checked files; nothing is written.
+Both refuse a FIFO or a device without blocking (O_NONBLOCK, and only a regular file is opened), and a file larger
+than MAX_BYTES. I/O: ``os.lstat``, ``os.stat``, ``os.readlink`` and reads of the checked files; nothing is written.
 """
 from __future__ import annotations
 
 import glob
 import os
+import pwd
 import stat
 
 MAX_BYTES = 16 * 2 ** 20   # a config.json or a METADATA file is kilobytes; anything this large is not one
@@ -53,22 +55,86 @@ def trusted_realpath(path, _depth=0):
     return current
 
 
+# O_NONBLOCK: a FIFO (or a device) in place of a file must never block the open; regular files read the same.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_MAX_SYMLINKS = 40
+
+
+def _read_fd(fd, path, max_bytes):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise UntrustedPath("%s is not a regular file" % path)
+    if info.st_size > max_bytes:
+        raise UntrustedPath("%s is larger than %d bytes" % (path, max_bytes))
+    chunks, left = [], max_bytes + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    if left <= 0:
+        raise UntrustedPath("%s grew beyond %d bytes while it was read" % (path, max_bytes))
+    return b"".join(chunks), info
+
+
 def _read_regular(path, max_bytes):
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, _OPEN_FLAGS)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UntrustedPath("%s is not a regular file" % path)
-        if info.st_size > max_bytes:
-            raise UntrustedPath("%s is larger than %d bytes" % (path, max_bytes))
-        chunks, left = [], max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks), info
+        return _read_fd(fd, path, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_walking(path, max_bytes=MAX_BYTES, may=None):
+    """(bytes, os.stat_result) of the regular file ``path``, opened one component at a time from ``/`` with
+    O_NOFOLLOW, each relative to the directory already opened: the kernel follows no symlink, each one is read and
+    resolved here (at most 40), so that nothing can be swapped in between a check and the open. A FIFO, a device,
+    a directory or a file over ``max_bytes`` is refused without blocking. ``may(info, what, shown)``, when given,
+    is asked for every directory entered (``what`` "search") and the file ("read"), and raises to refuse it."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise UntrustedPath("%s is not an absolute path" % (path,))
+    parts = [part for part in path.split("/") if part and part != "."]
+    shown, links = "/", 0
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        while parts:
+            part = parts.pop(0)
+            entry = os.lstat(part, dir_fd=fd)
+            here = os.path.normpath(os.path.join(shown, part))
+            if stat.S_ISLNK(entry.st_mode):
+                links += 1
+                if links > _MAX_SYMLINKS:
+                    raise UntrustedPath("%s: too many symlinks" % path)
+                target = os.readlink(part, dir_fd=fd)
+                parts = [p for p in target.split("/") if p and p != "."] + parts
+                if target.startswith("/"):
+                    root = os.open("/", os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+                    os.close(fd)
+                    fd, shown = root, "/"
+                continue
+            if parts:
+                if not stat.S_ISDIR(entry.st_mode):
+                    raise UntrustedPath("%s: %s is not a directory" % (path, here))
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                                dir_fd=fd)
+                os.close(fd)
+                fd, shown = child, here
+                if may is not None:
+                    may(os.fstat(fd), "search", shown)
+                continue
+            # The last component: only a regular file is opened at all (a device's open can act).
+            if not stat.S_ISREG(entry.st_mode):
+                raise UntrustedPath("%s is not a regular file" % path)
+            child = os.open(part, _OPEN_FLAGS, dir_fd=fd)
+            try:
+                data, info = _read_fd(child, path, max_bytes)
+            finally:
+                os.close(child)
+            if may is not None:
+                may(info, "read", path)
+            return data, info
+        raise UntrustedPath("%s is not a regular file" % path)
     finally:
         os.close(fd)
 
@@ -91,18 +157,26 @@ def _user_can(info, uid, gids, bit_user, bit_group, bit_other):
 
 def read_as_user(path, uid, gids, max_bytes=MAX_BYTES):
     """(bytes, os.stat_result) of ``path`` when the user ``uid`` (groups ``gids``) could read it: every directory on
-    its real path searchable by that user, the file readable by it, a regular file."""
-    real = os.path.realpath(path)
-    current = "/"
-    for part in [p for p in real.split("/") if p][:-1]:
-        current = os.path.join(current, part)
-        info = os.stat(current)
-        if not _user_can(info, uid, gids, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
-            raise UntrustedPath("%s: uid %d cannot reach it (%s is not searchable for it)" % (path, uid, current))
-    data, info = _read_regular(real, max_bytes)
-    if not _user_can(info, uid, gids, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH):
-        raise UntrustedPath("%s: uid %d cannot read it" % (path, uid))
-    return data, info
+    the way, those reached through symlinks included, searchable by that user, the file readable by it and a regular
+    file (read_walking: no symlink followed by the kernel, no blocking open, bounded size)."""
+    def may(info, what, shown):
+        bits = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH) if what == "search" else \
+            (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+        if not _user_can(info, uid, gids, *bits):
+            if what == "search":
+                raise UntrustedPath("%s: uid %d cannot reach it (%s is not searchable for it)" % (path, uid, shown))
+            raise UntrustedPath("%s: uid %d cannot read it" % (path, uid))
+
+    return read_walking(path, max_bytes, may)
+
+
+def service_user(name):
+    """(uid, gids) of a unit's User= (root when none); (None, set()) when no such user exists."""
+    try:
+        entry = pwd.getpwnam(name or "root")
+    except KeyError:
+        return None, set()
+    return entry.pw_uid, {entry.pw_gid} | set(os.getgrouplist(entry.pw_name, entry.pw_gid))
 
 
 def installed_distribution(venv, name):

@@ -6,6 +6,10 @@
 ``load_model_config(source)`` takes a dict (returned as a copy), the path of a config.json, a model directory
 holding one, or a Hugging Face cache repository directory (``models--org--name``, whose single snapshot is used).
 Every failure raises ModelConfigError (a KvModelError, so a ValueError) naming the path and the reason.
+
+Files are read through ``read`` (path -> bytes), by default host_files.read_walking: a regular file only, no
+symlink followed by the kernel, no blocking open, bounded size. A module that reads what a service user controls
+passes host_files.read_as_user for that user.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import copy
 import json
 import os
 
+from ansible_collections.llmserve.sglang.plugins.module_utils import host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import checkpoint_bytes
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 
@@ -48,16 +53,14 @@ def resolve_config_path(path):
     return path
 
 
-def read_config_file(path):
-    """Parse one config.json file into a dict."""
+def _read_safely(path):
+    return host_files.read_walking(os.path.abspath(path), MAX_CONFIG_BYTES)[0]
+
+
+def read_config_file(path, read=None):
+    """Parse one config.json file into a dict, its bytes from ``read`` (module docstring)."""
     try:
-        size = os.path.getsize(path)
-        if size > MAX_CONFIG_BYTES:
-            raise ModelConfigError("%s is %d bytes, too large for a config.json" % (path, size))
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except ModelConfigError:
-        raise
+        raw = (read or _read_safely)(path)
     except (IOError, OSError) as exc:
         raise ModelConfigError("cannot read %s: %s" % (path, exc.strerror or exc))
     try:
@@ -76,14 +79,14 @@ def read_config_file(path):
     return data
 
 
-def load_model_config(source):
+def load_model_config(source, read=None):
     """The config.json dict for a dict, a config.json path or a model directory."""
     if isinstance(source, dict):
         return copy.deepcopy(source)
-    return read_config_file(resolve_config_path(source))
+    return read_config_file(resolve_config_path(source), read)
 
 
-def load_checkpoint_size(source):
+def load_checkpoint_size(source, read=None):
     """The checkpoint's bytes for a config.json path or a model directory: ``metadata.total_size`` of the
     ``model.safetensors.index.json`` beside config.json, else the size of a single ``model.safetensors``; None when
     neither is there (a Hub id, a config.json copied on its own)."""
@@ -91,7 +94,7 @@ def load_checkpoint_size(source):
     index = os.path.join(directory, "model.safetensors.index.json")
     if os.path.exists(index):
         try:
-            return checkpoint_bytes(read_config_file(index))
+            return checkpoint_bytes(read_config_file(index, read))
         except ModelConfigError:
             return None
     single = os.path.join(directory, "model.safetensors")

@@ -44,9 +44,17 @@ options:
         that holds one (a Hugging Face cache directory C(models--org--name) with a single snapshot works too), or
         the configuration itself as a dictionary.
       - Multimodal models are followed into C(text_config), C(language_config), C(llm_config) or C(thinker_config).
-      - Paths are read on the managed host.
+      - Paths are read on the managed host, and only a regular file, of at most 16 MiB, is read: a FIFO or a device is
+        refused without blocking, and the kernel follows no symlink (each one is resolved a component at a time).
+        With O(unit), as that unit's C(User=) could read it (docs/DESIGN.md, "Trust").
     type: raw
     required: true
+  unit:
+    description:
+      - The systemd unit whose server uses the model. Its files (C(config.json), the safetensors index) are then read
+        only where the unit's C(User=) could read them, so that a symlink that user planted to a root-only file is
+        refused. Give it whenever the path comes from that server (its startup log, a directory it downloaded into).
+    type: str
   startup_facts:
     description:
       - The result of M(llmserve.sglang.sglang_startup_facts) for a server started with this model.
@@ -419,15 +427,20 @@ inputs:
   sample: {"tp_size": 8, "mem_fraction_static": 0.88, "pre_load_free_gib": 94.04, "post_load_free_gib": 21.71}
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmserve.sglang.plugins.module_utils import host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import parse_number
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import default_for_server_args
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
-from ansible_collections.llmserve.sglang.plugins.module_utils.model_config import load_checkpoint_size, load_model_config
+from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import SystemctlError, unit_properties
+from ansible_collections.llmserve.sglang.plugins.module_utils.model_config import (
+    MAX_CONFIG_BYTES, load_checkpoint_size, load_model_config)
 from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import (
     MEMORY_ARGS, STATE_POOL_ARGS, canonical, mem_fraction_static, normalise)
 
@@ -486,6 +499,7 @@ def build_module():
             safety_margin_gib=dict(type="float", default=2.0),
             hicache_ratio=dict(type="float"),
             hicache_size_gb=dict(type="float"),
+            unit=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -563,13 +577,31 @@ def infer_fraction(inputs, shape, facts, gpu_memory_total_mib):
                % (f, inputs["sglang_version"] or "(newest)", basis))
 
 
-def checkpoint_size(params):
+def checkpoint_size(params, read=None):
     """The option, else the index beside a model_config path; None when neither says."""
     if params.get("checkpoint_bytes"):
         return params["checkpoint_bytes"]
     if isinstance(params.get("model_config"), str):
-        return load_checkpoint_size(params["model_config"])
+        return load_checkpoint_size(params["model_config"], read)
     return None
+
+
+def model_reader(module, unit):
+    """How the model's files are read: as the unit's User= when a unit is given (its server wrote them, perhaps a
+    symlink to a root-only file), else model_config's own safe reader. Either way a regular file only, no symlink
+    followed by the kernel, no blocking open, bounded size (host_files)."""
+    if not unit:
+        return None
+    try:
+        state = unit_properties(module, unit, ["User", "LoadState"])
+    except SystemctlError as exc:
+        module.fail_json(msg="cannot tell the user of %s: %s" % (unit, exc))
+    if state.get("LoadState") == "not-found":
+        module.fail_json(msg="%s does not exist on the host: give the unit whose server uses the model" % unit)
+    uid, gids = host_files.service_user(state.get("User"))
+    if uid is None:
+        module.fail_json(msg="%s runs as User=%s, which does not exist on the host" % (unit, state.get("User")))
+    return lambda path: host_files.read_as_user(os.path.abspath(path), uid, gids, MAX_CONFIG_BYTES)[0]
 
 
 def main():
@@ -579,7 +611,8 @@ def main():
     untrusted = []
     try:
         inputs = merge_inputs(params)
-        shape = model_shape(load_model_config(params["model_config"]), dtype=params["dtype"])
+        read = model_reader(module, params["unit"])
+        shape = model_shape(load_model_config(params["model_config"], read), dtype=params["dtype"])
         if inputs["mem_fraction_static"] is None:
             inputs["mem_fraction_static"], why = infer_fraction(inputs, shape, params["startup_facts"],
                                                                 params["gpu_memory_total_mib"])
@@ -587,7 +620,7 @@ def main():
             warnings.append(why)
         # P and A given as options are the caller's own numbers; from the log, they are checked first.
         if inputs.pop("memory_from_log") and params["startup_facts"]:
-            untrusted = findings(params["startup_facts"], checkpoint_size(params))
+            untrusted = findings(params["startup_facts"], checkpoint_size(params, read))
         result = capacity(
             shape, inputs["mem_fraction_static"], inputs["pre_load_free_gib"], inputs["post_load_free_gib"],
             tp_size=inputs["tp_size"], dp_size=inputs["dp_size"], enable_dp_attention=bool(inputs["enable_dp_attention"]),

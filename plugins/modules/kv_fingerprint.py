@@ -234,7 +234,6 @@ invocation_id:
 
 import json
 import os
-import pwd
 import shlex
 import time
 
@@ -283,15 +282,6 @@ def configured_argv(exec_start, environment):
                 word = word.replace("${%s}" % name, value)
             argv.append(word)
     return argv
-
-
-def service_user(name):
-    """(uid, gids) of the unit's User= (root when none)."""
-    try:
-        entry = pwd.getpwnam(name or "root")
-    except KeyError:
-        return None, set()
-    return entry.pw_uid, {entry.pw_gid} | set(os.getgrouplist(entry.pw_name, entry.pw_gid))
 
 
 class Unavailable(Exception):
@@ -481,7 +471,7 @@ def describe(module, fp_reader, state, argv, started, pid):
     model_path = args.get("model_path")
     if not isinstance(model_path, str) or not model_path:
         raise Unavailable("the command line of %s has no --model-path: %s" % (unit, " ".join(argv[:3])))
-    uid, gids = service_user(state.get("User"))
+    uid, gids = host_files.service_user(state.get("User"))
     if uid is None:
         raise Unavailable("%s runs as User=%s, which does not exist on the host" % (unit, state.get("User")))
     config_path, config_text = fp_reader.model_config(model_path, uid, gids, started)

@@ -4,6 +4,7 @@
 """Fixtures shared by the unit tests."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -21,3 +22,31 @@ def root_dir():
     os.chmod(path, 0o755)
     yield path
     shutil.rmtree(path)
+
+
+def _in_child(seconds, function, *args):
+    """function(*args) in a forked child: ("ok", its result), ("error", the message of what it raised) or ("hung",
+    None) when it has not returned after ``seconds`` (then killed): for reads that must never block."""
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+
+    def child():
+        try:
+            queue.put(("ok", function(*args)))
+        except BaseException as exc:   # noqa: B036  carried to the parent, whatever it is
+            queue.put(("error", str(exc)))
+
+    process = context.Process(target=child)
+    process.start()
+    process.join(seconds)
+    if process.is_alive():
+        process.kill()
+        process.join()
+        return "hung", None
+    return queue.get(timeout=5)
+
+
+@pytest.fixture
+def in_child():
+    """_in_child, for tests."""
+    return _in_child

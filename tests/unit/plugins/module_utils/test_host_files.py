@@ -91,3 +91,74 @@ def test_a_planted_symlink_to_a_root_only_file_is_refused(root_dir):
 
 def test_process_start_time_is_now_for_this_process():
     assert abs(time.time() - host_files.process_start_time(os.getpid())) < 600
+
+
+# --- the safe reader: symlinks, FIFOs, sizes (issue 18) ---------------------------------------------------------------
+
+def _model(root_dir):
+    model = os.path.join(root_dir, "model")
+    os.makedirs(model)
+    os.chown(model, USER, USER)
+    return model
+
+
+@pytest.mark.parametrize("reader", ["as_user", "walking", "trusted"])
+def test_a_fifo_is_refused_without_blocking(root_dir, reader, in_child):
+    path = os.path.join(root_dir if reader == "trusted" else _model(root_dir), "config.json")
+    os.mkfifo(path, 0o644)
+    read = {"as_user": lambda p: host_files.read_as_user(p, USER, {USER}),
+            "walking": lambda p: host_files.read_walking(p), "trusted": lambda p: host_files.read_trusted(p)}[reader]
+    outcome, message = in_child(5, lambda p: read(p)[0], path)
+    assert outcome == "error" and "is not a regular file" in message, (outcome, message)
+
+
+def test_an_oversize_file_is_refused(root_dir):
+    path = os.path.join(_model(root_dir), "config.json")
+    with open(path, "wb") as handle:
+        handle.truncate(host_files.MAX_BYTES + 1)
+    os.chmod(path, 0o644)
+    with pytest.raises(host_files.UntrustedPath, match="is larger than %d bytes" % host_files.MAX_BYTES):
+        host_files.read_as_user(path, USER, {USER})
+    with pytest.raises(host_files.UntrustedPath, match="is larger than 10 bytes"):
+        host_files.read_walking(path, max_bytes=10)
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/null", "/"])
+def test_a_symlink_to_something_that_is_not_a_regular_file_is_refused(root_dir, target):
+    path = os.path.join(_model(root_dir), "config.json")
+    os.symlink(target, path)
+    with pytest.raises(host_files.UntrustedPath, match="is not a regular file"):
+        host_files.read_as_user(path, USER, {USER})
+
+
+def test_a_symlinked_directory_into_a_root_only_directory_is_refused(root_dir):
+    private = os.path.join(root_dir, "private")
+    os.makedirs(private, mode=0o700)
+    with open(os.path.join(private, "config.json"), "w", encoding="utf-8") as handle:
+        handle.write('{"token": "hunter2"}')
+    os.chmod(os.path.join(private, "config.json"), 0o644)   # readable, but only behind root's directory
+    model = _model(root_dir)
+    os.symlink(private, os.path.join(model, "snapshot"))
+    with pytest.raises(host_files.UntrustedPath, match="private is not searchable for it"):
+        host_files.read_as_user(os.path.join(model, "snapshot", "config.json"), USER, {USER})
+
+
+def test_a_hub_cache_snapshot_symlink_the_user_can_read_is_followed(root_dir):
+    """The Hugging Face cache links snapshots/<rev>/config.json to ../../blobs/<sha>: resolved here, hop by hop."""
+    model = _model(root_dir)
+    os.makedirs(os.path.join(model, "blobs"))
+    os.makedirs(os.path.join(model, "snapshots", "abc"))
+    with open(os.path.join(model, "blobs", "f00"), "w", encoding="utf-8") as handle:
+        handle.write('{"num_hidden_layers": 4}')
+    os.chmod(os.path.join(model, "blobs", "f00"), 0o644)
+    os.symlink("../../blobs/f00", os.path.join(model, "snapshots", "abc", "config.json"))
+    data, _info = host_files.read_as_user(os.path.join(model, "snapshots", "abc", "config.json"), USER, {USER})
+    assert data == b'{"num_hidden_layers": 4}'
+
+
+def test_a_symlink_loop_is_refused(root_dir):
+    model = _model(root_dir)
+    os.symlink("b", os.path.join(model, "a"))
+    os.symlink("a", os.path.join(model, "b"))
+    with pytest.raises(host_files.UntrustedPath, match="too many symlinks"):
+        host_files.read_walking(os.path.join(model, "a"))

@@ -87,7 +87,7 @@ def test_too_large(tmp_path, monkeypatch):
     monkeypatch.setattr(mc, "MAX_CONFIG_BYTES", 10)
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"num_hidden_layers": 32}))
-    with pytest.raises(mc.ModelConfigError, match="too large for a config.json"):
+    with pytest.raises(mc.ModelConfigError, match="is larger than 10 bytes"):
         mc.load_model_config(str(path))
 
 
