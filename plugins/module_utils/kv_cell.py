@@ -12,11 +12,13 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import DTYPE_BYTES, model_shape
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import (
+    V_AUTO_READS_KV_QUANT,
     V_DSA_FP8_LAYOUT,
     V_DSA_SPEC_SPLIT,
     V_MXFP8_SCALE,
     V_SPEC_ADDITIVE,
     V_SWA_CONFIGURATOR,
+    compare_versions,
     kv_era,
     parse_version,
     release_of,
@@ -32,9 +34,9 @@ KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "mxfp8", 
 _FP4 = ("fp4_e2m1", "nvfp4", "fp4_mx_block16")
 
 
-def resolve_kv_cache_dtype(kv_cache_dtype, shape):
+def resolve_kv_cache_dtype(kv_cache_dtype, shape, sglang_version=None):
     """(name, element bytes) of the KV cache: 'auto' is the model dtype, or fp8_e4m3 when the checkpoint's
-    quantization_config says kv_cache_quant_algo FP8 (configure_kv_cache_dtype / init_memory_pool)."""
+    quantization_config says kv_cache_quant_algo FP8 and the release reads it (init_memory_pool, from 0.5.3rc2)."""
     if kv_cache_dtype is None:
         kv_cache_dtype = "auto"
     if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in KV_CACHE_DTYPES:
@@ -44,7 +46,8 @@ def resolve_kv_cache_dtype(kv_cache_dtype, shape):
                 "float16 KV cache with 'auto')" % (kv_cache_dtype, ", ".join(KV_CACHE_DTYPES)))
         raise KvModelError("kv_cache_dtype %r is not one of: %s" % (kv_cache_dtype, ", ".join(KV_CACHE_DTYPES)))
     if kv_cache_dtype == "auto":
-        if shape.kv_cache_quant_algo and shape.kv_cache_quant_algo.upper() == "FP8":
+        if shape.kv_cache_quant_algo and shape.kv_cache_quant_algo.upper() == "FP8" \
+                and (sglang_version is None or compare_versions(sglang_version, V_AUTO_READS_KV_QUANT) >= 0):
             return "fp8_e4m3", 1
         return shape.dtype, DTYPE_BYTES[shape.dtype]
     if kv_cache_dtype in ("bf16", "bfloat16"):
@@ -197,7 +200,7 @@ def cell_and_plan(shape, tp_size=1, dp_size=1, enable_dp_attention=False, kv_cac
     if sglang_version is not None:
         parse_version(sglang_version)
     attn_tp = _attn_tp(tp_size, dp_size, enable_dp_attention)
-    kv_name, elem = resolve_kv_cache_dtype(kv_cache_dtype, shape)
+    kv_name, elem = resolve_kv_cache_dtype(kv_cache_dtype, shape, sglang_version)
     alg = check_speculative(speculative_algorithm)
     r = checks.number("swa_full_tokens_ratio", swa_full_tokens_ratio, KvModelError)
     if not 0 < r <= 1:

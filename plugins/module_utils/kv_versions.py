@@ -74,6 +74,8 @@ def since(version, threshold):
 
 
 # Releases where the memory arithmetic changed (read in the wheels; the eras are in the docstring above).
+# A full version, compared with compare_versions: 0.5.3rc0 still ignores the checkpoint, 0.5.3rc2 reads it.
+V_AUTO_READS_KV_QUANT = "0.5.3rc2"  # kv-cache-dtype auto: fp8 when quant_config.kv_cache_quant_algo is FP8
 V_MIXIN = (0, 5, 7)               # v_head_dim in the MHA cell, no EAGLE headroom, memory-based hybrid-SWA split
 V_SWA_CONFIGURATOR = (0, 5, 11)   # HybridSWAPoolConfigurator: cell = F*nf + r*S*ns
 V_CURRENT = (0, 5, 14)            # EAGLE draft in the cell, "Loaded weights leave no GPU memory" error

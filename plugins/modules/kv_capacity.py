@@ -119,7 +119,7 @@ options:
   kv_cache_dtype:
     description:
       - C(--kv-cache-dtype). V(auto) is the model's dtype, or fp8_e4m3 when the checkpoint's quantization config
-        says C(kv_cache_quant_algo=FP8). Default V(auto).
+        says C(kv_cache_quant_algo=FP8) and the release reads it (from 0.5.3rc2). Default V(auto).
       - FP4 on MHA models is supported only for SGLang before 0.5.16 (later, the attention backend decides the
         cell).
     type: str

@@ -63,6 +63,20 @@ def test_kv_cache_quant_algo_fp8_makes_auto_fp8(llama8b):
     assert cell_size_bytes(cfg, kv_cache_dtype="bf16") == 131072
 
 
+# init_memory_pool reads quant_config.kv_cache_quant_algo for "auto" from 0.5.3rc2 on; 0.5.3rc0 and 0.5.2 use the
+# model dtype whatever the checkpoint says (grep kv_cache_quant_algo sglang/srt/model_executor/model_runner.py in the
+# PyPI wheels 0.4.6.post5, 0.5.2, 0.5.3rc0: absent; 0.5.3rc2, 0.5.3 ... 0.5.14, 0.5.23 kv_cache_dtype.py: present).
+@pytest.mark.parametrize("version,expected", [
+    ("0.4.6.post5", ("bfloat16", 2)), ("0.5.2", ("bfloat16", 2)), ("0.5.3rc0", ("bfloat16", 2)),
+    ("0.5.3rc2", ("fp8_e4m3", 1)), ("0.5.3", ("fp8_e4m3", 1)), ("0.5.5.post3", ("fp8_e4m3", 1)),
+    ("0.5.23", ("fp8_e4m3", 1)), (None, ("fp8_e4m3", 1)),
+])
+def test_checkpoint_fp8_kv_scales_follow_the_release(llama8b, version, expected):
+    cfg = dict(llama8b, quantization_config={"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"})
+    assert resolve_kv_cache_dtype("auto", model_shape(cfg), version) == expected
+    assert cell_size_bytes(cfg, sglang_version=version) == 8 * 128 * 2 * 32 * expected[1]
+
+
 def test_classic_mha_ignores_v_head_dim(llama8b):
     cfg = dict(llama8b, head_dim=128, v_head_dim=64)
     assert cell_size_bytes(cfg, sglang_version="0.5.5.post3") == 8 * 128 * 2 * 32 * 2
