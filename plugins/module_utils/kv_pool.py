@@ -16,7 +16,12 @@ import math
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import GIB, KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_cell import EAGLE_FAMILY, check_speculative
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import V_SWA_CONFIGURATOR, kv_era, release_of
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import (
+    V_SWA_ALIGNED_FIRST,
+    V_SWA_CONFIGURATOR,
+    kv_era,
+    release_of,
+)
 
 
 def check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static=None):
@@ -137,7 +142,9 @@ def pool_sizes(budget_gib, cell, page_size=1, max_total_tokens=None, sglang_vers
                 tokens = out["swa_max_total_num_tokens"]
             else:
                 tokens = _page_floor(full, page_size)
-                out["swa_max_total_num_tokens"] = _page_floor(int(tokens * r), page_size)
+                # set_num_tokens_hybrid_swa (< 0.5.10) takes the SWA count from the unaligned full count
+                unaligned = era == "mixin" and release_of(sglang_version) < V_SWA_ALIGNED_FIRST
+                out["swa_max_total_num_tokens"] = _page_floor(int((full if unaligned else tokens) * r), page_size)
     else:   # HybridSWAPoolConfigurator: tokens are full tokens already; the cap re-solves from the capped count
         tokens = _page_floor(tokens, page_size)
         if max_total_tokens is not None:

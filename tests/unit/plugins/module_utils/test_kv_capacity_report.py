@@ -126,6 +126,18 @@ def test_hybrid_swa_classic_and_mixin():
     assert mixin["max_total_num_tokens"] == int(profiled * plain / (2048 * 18 + 0.8 * 2048 * 18))
 
 
+# Figures from SGLang's own code, executed from the PyPI wheels with P and A stubbed (tests/functional/
+# test_sglang_wheel_sizing.py: `.venv/bin/pytest tests/functional/test_sglang_wheel_sizing.py`); 0.5.8 and 0.5.9 take
+# the SWA count from the unaligned full count (set_num_tokens_hybrid_swa), 0.5.10 and later from the aligned one.
+@pytest.mark.parametrize("version,full,swa", [
+    ("0.5.8", 852992, 682432), ("0.5.9", 852992, 682432), ("0.5.10", 852992, 682368), ("0.5.14", 853056, 682432),
+    ("0.5.23", 853056, 682432),
+])
+def test_hybrid_swa_page_alignment_follows_the_release(version, full, swa):
+    r = capacity(GPT_OSS_LIKE, 0.8317, 78.9, 66.0, page_size=64, sglang_version=version)
+    assert (r["max_total_num_tokens"], r["swa_max_total_num_tokens"]) == (full, swa)
+
+
 def test_gemma3_is_hybrid_only_for_classic():
     gemma3 = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": 12,
               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 512,

@@ -1,0 +1,140 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""kv_capacity's pools against SGLang's own sizing code, executed from the released wheels (sglang_wheels).
+
+Memory is stubbed: the free memory before the weights (P) and at the pool (A) are given, SGLang's functions
+compute the tokens. What is executed, per release: the profile (profile_max_num_token and its cell) and the
+hybrid sliding-window split (classic set_num_token_hybrid, 0.5.7 - 0.5.9 set_num_tokens_hybrid_swa, 0.5.10
+_resolve_memory_pool_config, >= 0.5.11 the pool configurators). The glue between them in init_memory_pool (the
+--max-total-tokens cap and the page floor before the split; the classic and 0.5.7 allocator's
+``assert not self.is_hybrid`` for a page size > 1) is read, not executed: it is written out below where it is used.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import _collections_path
+from sglang_wheels import Obj, Stub, element_size_torch, functions, load
+
+sys.path.insert(0, _collections_path())
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import compare_versions  # noqa: E402
+
+GIB = 1 << 30
+# Shaped like gpt-oss-120b: 36 layers alternating sliding/full, 8 KV heads of 64, window 128, bf16.
+GPT_OSS_LIKE = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num_hidden_layers": 36,
+                "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "hidden_size": 2880,
+                "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
+                "torch_dtype": "bfloat16"}
+FULL_IDS = [i for i in range(36) if i % 2]
+SWA_IDS = [i for i in range(36) if not i % 2]
+P, A = 78.9, 66.0
+
+
+def _model_config():
+    return Obj(full_attention_layer_ids=FULL_IDS, swa_attention_layer_ids=SWA_IDS, num_hidden_layers=36,
+               head_dim=64, v_head_dim=64, swa_head_dim=64, swa_v_head_dim=64, is_hybrid_swa=True,
+               hf_config=Obj(architectures=["GptOssForCausalLM"]), context_len=131072, attention_arch="MHA",
+               get_num_kv_heads=lambda tp: 8 // tp, get_swa_num_kv_heads=lambda tp: 8 // tp)
+
+
+def _server_args(page, f, **kw):
+    args = dict(page_size=page, swa_full_tokens_ratio=0.8, max_total_tokens=None, mem_fraction_static=f,
+                max_running_requests=None, disable_radix_cache=False, chunked_prefill_size=8192,
+                speculative_num_draft_tokens=None, speculative_algorithm=None, disable_overlap_schedule=False,
+                disaggregation_mode="null", max_mamba_cache_size=None)
+    args.update(kw)
+    return Obj(**args)
+
+
+def _runner(cls, page, f, **kw):
+    """A ModelRunner without __init__: only what the sizing reads."""
+    attrs = dict(
+        server_args=_server_args(page, f, **kw), model_config=_model_config(), page_size=page, mem_fraction_static=f,
+        is_draft_worker=False, mambaish_config=None, use_mla_backend=False, num_effective_layers=36,
+        kv_cache_dtype="bf16", sliding_window_size=128, is_hybrid=True, is_hybrid_swa=True, device="cuda",
+        gpu_id=0, pp_size=1, dp_size=1, start_layer=0, end_layer=36, spec_algorithm=Obj(is_none=lambda: True))
+    # some of these are properties of ModelRunner: a subclass overrides them
+    props = {k: v for k, v in attrs.items() if isinstance(getattr(cls, k, None), property)}
+    runner = type("Runner", (cls,), props).__new__(type("Runner", (cls,), props)) if props else cls.__new__(cls)
+    runner.__dict__.update({k: v for k, v in attrs.items() if k not in props})
+    return runner
+
+
+def _names():
+    world = Obj(world_size=1, cpu_group=None)
+    return dict(torch=element_size_torch(2), get_available_gpu_memory=lambda *a, **k: A,
+                get_world_group=lambda: world, get_attention_tp_size=lambda: 1, is_float4_e2m1fn_x2=lambda d: False)
+
+
+def sglang_pools(version, page, f, **kw):
+    """(full tokens, SWA tokens) as SGLang `version` sizes them for GPT_OSS_LIKE at P, A, f."""
+    rel = tuple(int(x) for x in version.split(".post")[0].split(".")[:3])
+    if rel < (0, 5, 7):
+        ns = load(version, "sglang/srt/model_executor/model_runner.py", **_names())
+        runner = _runner(ns["ModelRunner"], page, f, **kw)
+        runner.model = Obj(model=Obj(layers=[Obj(layer_id=i, self_attn=Obj(attn=Obj(
+            sliding_window_size=None if i in FULL_IDS else 128))) for i in range(36)]))
+        runner.max_total_num_tokens = runner.profile_max_num_token(P)
+        runner.max_total_num_tokens = runner.max_total_num_tokens // page * page  # init_memory_pool
+        runner.set_num_token_hybrid()
+        assert page == 1, "assert not self.is_hybrid"  # init_memory_pool, the paged allocator
+        return runner.full_max_total_num_tokens, runner.swa_max_total_num_tokens
+    if rel < (0, 5, 10):
+        ns = load(version, "sglang/srt/model_executor/model_runner_kv_cache_mixin.py", **_names())
+        runner = _runner(ns["ModelRunnerKVCacheMixin"], page, f, **kw)
+        runner.max_total_num_tokens = runner.profile_max_num_token(P)
+        runner.max_total_num_tokens = runner.max_total_num_tokens // page * page  # init_memory_pool
+        runner.set_num_tokens_hybrid_swa()
+        if rel < (0, 5, 8):
+            assert page == 1, "assert not self.is_hybrid_swa"  # _init_pools, the paged allocator
+        return runner.full_max_total_num_tokens, runner.swa_max_total_num_tokens
+    if rel < (0, 5, 11):
+        ns = load(version, "sglang/srt/model_executor/model_runner_kv_cache_mixin.py", **_names())
+        runner = _runner(ns["ModelRunnerKVCacheMixin"], page, f, **kw)
+        config = runner._resolve_memory_pool_config(P)
+        return config.full_max_total_num_tokens, config.swa_max_total_num_tokens
+    return _configurator_pools(version, page, f, **kw)
+
+
+def _configurator_pools(version, page, f, **kw):
+    common = functions(version, "sglang/srt/utils/common.py", "ceil_align", "ceil_div")
+    names = dict(_names(), ceil_align=common["ceil_align"],
+                 envs=Obj(SGLANG_SWA_EVICTION_INTERVAL=Obj(get=lambda: 128)), is_deepseek_v4=lambda c: False)
+    args = _server_args(page, f, **kw)
+    ns = load(version, "sglang/srt/model_executor/pool_configurator.py", **names)
+    runner = _runner(Obj, page, f, **kw)
+    if "get_schedule" in ns:   # 0.5.22+: the server arguments by group
+        ns.update(get_schedule=lambda: args, get_memory=lambda: Obj(disable_radix_cache=args.disable_radix_cache,
+                                                                      enable_unified_memory=False),
+                  get_spec=lambda: args, get_disagg=lambda: args, get_parallel=lambda: Obj(attn_tp_size=1))
+        runner.__dict__.update(layer_info=_model_config(), kv_cache_dtype_str="bfloat16", attn_dp_size=1,
+                               spec_algorithm=Obj(is_eagle=lambda: False, is_standalone=lambda: False),
+                               fused_entry_bytes=lambda kind: None, spec_aux_config=None)
+        ns["_dflash_draft_cell_size"] = lambda kvc: 0
+    configurator = ns["create_memory_pool_configurator"](runner)
+    pools = configurator.calculate_pool_sizes(int((A - P * (1 - f)) * GIB), page)
+    return pools.full_max_total_num_tokens, pools.swa_max_total_num_tokens
+
+
+def collection_pools(version, page, f, **kw):
+    r = capacity(GPT_OSS_LIKE, f, P, A, page_size=page, sglang_version=version, **kw)
+    return r["max_total_num_tokens"], r["swa_max_total_num_tokens"]
+
+
+# 0.5.7 is left out: it builds no sliding-window pool for gpt-oss (is_hybrid_model: MiMo-V2 and Llama 4 only).
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.5.post3", "0.5.8", "0.5.9", "0.5.10", "0.5.14", "0.5.23"])
+@pytest.mark.parametrize("page", [1, 64])
+@pytest.mark.parametrize("f", [0.85, 0.8317])
+def test_hybrid_swa_pools_match_sglang(version, page, f):
+    if page > 1 and compare_versions(version, "0.5.7") < 0:
+        pytest.skip("classic SGLang asserts on a paged hybrid SWA pool")
+    assert collection_pools(version, page, f) == sglang_pools(version, page, f)
+
+
+def test_stub_fails_loudly_in_arithmetic():
+    with pytest.raises(TypeError):
+        Stub("x") + 1
