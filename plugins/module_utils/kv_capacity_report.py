@@ -16,7 +16,14 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import (
     smallest_fraction,
 )
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_state import state_bytes_per_request, state_slots
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import V_VLM_RESERVATION, kv_era, since
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import (
+    V_PAGED_HYBRID_ASSERT,
+    V_VLM_RESERVATION,
+    compare_versions,
+    kv_era,
+    model_class_missing,
+    since,
+)
 
 
 def mm_reservation_gib(shape, sglang_version=None, mm_feature_transport=None):
@@ -152,7 +159,7 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     o = CapacityOptions(options)
     model = _PoolModel(shape, p, a, o)
     shape, plan, cell, mm, swa, per_request = model.shape, model.plan, model.cell, model.mm, model.swa, model.per_request
-    issues = []
+    issues = [why for why in (_model_class_issue(shape, o.sglang_version),) if why]
     budget = a - p * (1 - f)
     lowest = lowest_viable_fraction(p, a, mm_reservation_gib=mm)
     sizes = model.sizes_at(f)
@@ -217,6 +224,7 @@ class _PoolModel(object):
         self.shape = shape = self.plan["shape"]
         self.mm = mm_reservation_gib(shape, o.sglang_version, o.mm_feature_transport)
         self.swa = self.plan["swa"]
+        _refuse_where_sglang_does(self.swa, o)
         self.pool_args = dict(
             page_size=o.page_size, max_total_tokens=o.max_total_tokens, sglang_version=o.sglang_version,
             speculative_algorithm=self.plan["speculative_algorithm"], max_running_requests=o.max_running_requests,
@@ -244,6 +252,29 @@ class _PoolModel(object):
         sizes = pool_sizes(rest - state_gib if slots > 0 else 0.0, self.cell, **self.pool_args)
         sizes.update(mamba_cache_size=slots, mamba_state_gib=state_gib)
         return sizes
+
+
+def _refuse_where_sglang_does(swa, o):
+    """KvModelError for a configuration the stated SGLang release does not start with: no token figure for it."""
+    version = o.sglang_version
+    if version is None:
+        return
+    why = None
+    if swa is not None and o.page_size > 1 and kv_era(version) == "classic" \
+            and compare_versions(version, V_PAGED_HYBRID_ASSERT) >= 0:
+        why = ("a hybrid sliding-window model with page_size %d (its paged allocator asserts `not self.is_hybrid`; "
+               "use page_size 1, or SGLang 0.5.8 or later)" % o.page_size)
+    if why:
+        raise KvModelError("SGLang %s does not start with this: %s" % (version, why))
+
+
+def _model_class_issue(shape, sglang_version):
+    absent = model_class_missing(shape.architecture, sglang_version)
+    if absent is None:
+        return None
+    return ("SGLang %s has no model class %s (absent up to %s in the released code): it cannot load this model, "
+            "and the figures are what a release that has it would size with this release's arithmetic"
+            % (sglang_version, shape.architecture, absent))
 
 
 def _for_target(model, o, lowest, issues):

@@ -92,6 +92,34 @@ V_TIER35_AND_095 = (0, 5, 20)     # <35 GiB tier 4096/48/160, fallback 0.95 with
 V_MRR_CAPS_BS = (0, 5, 22)        # default decode max_bs capped at --max-running-requests
 
 
+# Hybrid SWA with --page-size > 1: model_runner's paged allocator asserts `not self.is_hybrid` from 0.5.0rc2 (checked
+# to 0.5.7; 0.5.8 builds a paged SWA allocator). A full version, compared with compare_versions.
+V_PAGED_HYBRID_ASSERT = "0.5.0rc2"
+
+# Model classes the KV model sizes in its own way, and the newest release checked (the PyPI wheels' models/*.py
+# EntryClass, 0.4.6.post5 ... 0.5.23) without them: that release and older ones cannot load the model.
+MODEL_CLASS_ABSENT_IN = {
+    "GptOssForCausalLM": "0.4.6.post5", "Gemma3nForCausalLM": "0.4.6.post5",
+    "Gemma3nForConditionalGeneration": "0.4.6.post5", "Qwen3NextForCausalLM": "0.5.2rc2",
+    "FalconH1ForCausalLM": "0.5.3rc0", "DeepseekV32ForCausalLM": "0.5.3rc0", "NemotronHForCausalLM": "0.5.3",
+    "MiMoV2FlashForCausalLM": "0.5.6.post2", "Qwen3_5ForConditionalGeneration": "0.5.8.post1",
+    "Qwen3_5MoeForConditionalGeneration": "0.5.8.post1", "Step3p5ForCausalLM": "0.5.8.post1",
+    "KimiK25ForConditionalGeneration": "0.5.8.post1", "MiMoV2ForCausalLM": "0.5.10", "Gemma4ForCausalLM": "0.5.10",
+    "Gemma4ForConditionalGeneration": "0.5.10", "Step3p7ForConditionalGeneration": "0.5.11",
+    "LagunaForCausalLM": "0.5.11", "GraniteSWAForCausalLM": "0.5.14", "GraniteMoeSWAForCausalLM": "0.5.14",
+    "IQuestQ1ForCausalLM": "0.5.14", "MellumForCausalLM": "0.5.14", "Qwen3_5ForCausalLM": "0.5.14",
+    "Qwen3_5MoeForCausalLM": "0.5.14", "BeamForCausalLM": "0.5.22",
+}
+
+
+def model_class_missing(architecture, sglang_version):
+    """The newest release checked without `architecture` when `sglang_version` is at or before it, else None."""
+    absent = MODEL_CLASS_ABSENT_IN.get(architecture)
+    if absent is None or sglang_version is None or compare_versions(sglang_version, absent) > 0:
+        return None
+    return absent
+
+
 def kv_era(sglang_version=None):
     """'classic' (< 0.5.7), 'mixin' (0.5.7 - 0.5.13) or 'current' (>= 0.5.14; also for None)."""
     rel = release_of(sglang_version)

@@ -199,6 +199,9 @@ notes:
     weights, another process allocated on the GPUs while SGLang loaded. The module then warns, lists why in
     RV(untrusted), and returns V(null) for every figure computed from the log's memory (tokens, budgets, fractions)
     instead of a confident wrong answer.
+  - A configuration the stated SGLang release does not start with fails with "SGLang <version> does not start with
+    this" and the reason (a hybrid sliding-window model with a page size > 1 on 0.5.0rc2 - 0.5.6.post2); a model
+    class the release does not have (gpt-oss or Qwen3.5 on 0.4.6) is said in RV(issues).
   - Not modelled, and failing with a message that says so, are other linear-attention kinds (Kimi-Linear, LFM2,
     Granite-4.0-H, Jamba), speculative decoding with a hybrid linear-attention model, DeepSeek-V4 compressed
     attention, pipeline parallelism (MIN over stages), DFLASH drafts, SGLANG_ENABLE_POST_CAPTURE_KV_SIZING and
@@ -400,7 +403,8 @@ mem_fraction_for_target:
   type: float
   sample: 0.943124999902645
 issues:
-  description: Why the server would not start, or why the target is out of reach; each is also issued as a warning.
+  description: Why the server would not start, why the target is out of reach, or that the release has no class for
+    the model; each is also issued as a warning.
   returned: success
   type: list
   elements: str

@@ -138,6 +138,34 @@ def test_hybrid_swa_page_alignment_follows_the_release(version, full, swa):
     assert (r["max_total_num_tokens"], r["swa_max_total_num_tokens"]) == (full, swa)
 
 
+# model_runner's paged allocator: `assert not self.is_hybrid` (PyPI wheels 0.5.0rc2 ... 0.5.6.post2; 0.5.0rc1 has
+# none); executed for 0.5.2 and 0.5.5.post3 in tests/functional/test_sglang_wheel_sizing.py.
+@pytest.mark.parametrize("version", ["0.5.0rc2", "0.5.2", "0.5.5.post3", "0.5.6.post2"])
+def test_paged_hybrid_swa_is_refused_where_sglang_asserts(version):
+    with pytest.raises(KvModelError, match=r"^SGLang %s does not start with this: .*page_size 64" % version):
+        capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, page_size=64, sglang_version=version)
+    assert capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, page_size=1, sglang_version=version)["max_total_num_tokens"]
+
+
+@pytest.mark.parametrize("version", ["0.5.0rc1", "0.5.8", "0.5.9", None])
+def test_paged_hybrid_swa_is_sized_where_sglang_starts(version):
+    assert capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, page_size=64, sglang_version=version)["max_total_num_tokens"]
+
+
+@pytest.mark.parametrize("config,version,warned", [
+    (GPT_OSS_LIKE, "0.4.6.post5", True), (GPT_OSS_LIKE, "0.5.2rc2", False), ("qwen35", "0.4.6.post5", True),
+    ("qwen35", "0.5.8.post1", True), ("qwen35", "0.5.9", False), ("qwen35", None, False),
+])
+def test_a_model_class_the_release_lacks_is_warned(config, version, warned, request):
+    cfg = request.getfixturevalue(config) if isinstance(config, str) else config
+    arch = cfg["architectures"][0]
+    issues = capacity(cfg, 0.85, 78.9, 66.0, sglang_version=version)["issues"]
+    said = [i for i in issues if "has no model class %s" % arch in i]
+    assert bool(said) is warned, issues
+    if warned:
+        assert said[0].startswith("SGLang %s has no model class %s" % (version, arch))
+
+
 def test_gemma3_is_hybrid_only_for_classic():
     gemma3 = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": 12,
               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 512,
