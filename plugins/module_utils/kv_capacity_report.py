@@ -18,6 +18,9 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import (
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_state import state_bytes_per_request, state_slots
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import (
     V_PAGED_HYBRID_ASSERT,
+    V_SWA_CAP_NEEDS_CHUNK,
+    V_SWA_CAP_ONE_REQUEST,
+    V_SWA_REQUEST_CAP,
     V_VLM_RESERVATION,
     compare_versions,
     kv_era,
@@ -110,6 +113,8 @@ CAPACITY_OPTIONS = {
     # the state pool of hybrid linear-attention models
     "mamba_ssm_dtype": None, "mamba_full_memory_ratio": None, "max_mamba_cache_size": None,
     "disable_radix_cache": False,
+    # the sliding-window request cap (radix cache off, >= 0.5.14)
+    "chunked_prefill_size": None, "disable_overlap_schedule": False,
     # what-ifs: a pool to reach, the idle headroom, a host-memory cache, a boot to compare with
     "target_tokens": None, "free_after_start_gib": None, "safety_margin_gib": 2.0, "hicache_ratio": None,
     "hicache_size_gb": None, "observed": None,
@@ -164,7 +169,11 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     lowest = lowest_viable_fraction(p, a, mm_reservation_gib=mm)
     sizes = model.sizes_at(f)
     tokens = sizes["max_total_num_tokens"]
-    if tokens == 0:
+    if tokens == 0 and swa is not None and swa.get("request_cap") is not None and budget - mm > 0:
+        issues.append("SGLang %s does not start with this: the sliding-window pool's request cap (%d tokens for "
+                      "max_running_requests %d) leaves no room for the full KV pool at mem_fraction_static=%r"
+                      % (o.sglang_version or "(newest)", swa["request_cap"], o.max_running_requests, f))
+    elif tokens == 0:
         issues.append("the KV budget at mem_fraction_static=%r is %.3f GiB: SGLang refuses to start (raise "
                       "mem_fraction_static above %.4f)" % (f, budget - mm, lowest))
     if swa is None:
@@ -225,6 +234,9 @@ class _PoolModel(object):
         self.mm = mm_reservation_gib(shape, o.sglang_version, o.mm_feature_transport)
         self.swa = self.plan["swa"]
         _refuse_where_sglang_does(self.swa, o)
+        cap = swa_request_cap(shape, self.swa, o)
+        if cap is not None:
+            self.swa = dict(self.swa, request_cap=cap)
         self.pool_args = dict(
             page_size=o.page_size, max_total_tokens=o.max_total_tokens, sglang_version=o.sglang_version,
             speculative_algorithm=self.plan["speculative_algorithm"], max_running_requests=o.max_running_requests,
@@ -266,6 +278,40 @@ def _refuse_where_sglang_does(swa, o):
                "use page_size 1, or SGLang 0.5.8 or later)" % o.page_size)
     if why:
         raise KvModelError("SGLang %s does not start with this: %s" % (version, why))
+
+
+SWA_EVICTION_INTERVAL = 128   # SGLANG_SWA_EVICTION_INTERVAL's default (environ.py, 0.5.14 - 0.5.23)
+
+
+def swa_request_cap(shape, swa, o):
+    """The SWA pool's tokens when SGLang >= 0.5.14 sizes it from --max-running-requests (the radix cache off, a
+    chunked prefill; SWAChunkCapPoolConfigurator, in 0.5.22 SWARequestCapPoolConfigurator), else None:
+    (window + interval + 2 * page) * requests + chunks in flight * chunked_prefill_size + page."""
+    if swa is None or not swa["full_layers"] or not since(o.sglang_version, V_SWA_REQUEST_CAP) \
+            or o.max_running_requests is None or not o.disable_radix_cache:
+        return None
+    chunk = o.chunked_prefill_size
+    if chunk is None:
+        raise KvModelError("give chunked_prefill_size: with disable_radix_cache and max_running_requests, SGLang %s "
+                           "sizes the sliding-window pool from it (and picks it from the GPU's memory when not "
+                           "given; the startup log's server_args say which)" % (o.sglang_version or "(newest)"))
+    chunk = checks.integer("chunked_prefill_size", chunk, KvModelError)
+    if chunk <= 0 and since(o.sglang_version, V_SWA_CAP_NEEDS_CHUNK):
+        return None   # no chunked prefill: the whole prompt lands in the SWA pool, the ratio split applies
+    if o.speculative_algorithm:
+        raise KvModelError("speculative decoding with the sliding-window request cap (disable_radix_cache and "
+                           "max_running_requests) is not modelled: the draft's tokens change the cap")
+    if shape.architecture != "GptOssForCausalLM" or not checks.is_integer(shape.sliding_window):
+        raise KvModelError("the sliding-window request cap (disable_radix_cache and max_running_requests) is "
+                           "modelled for gpt-oss only (its window is config.json's sliding_window - 1), not %s"
+                           % shape.architecture)
+    window = shape.sliding_window - 1
+    dp = o.dp_size if o.enable_dp_attention else 1
+    requests = o.max_running_requests // dp
+    if since(o.sglang_version, V_SWA_CAP_ONE_REQUEST):
+        requests = max(1, requests)
+    per_request = window + SWA_EVICTION_INTERVAL + o.page_size + o.page_size   # trailing tokens + one decode page
+    return per_request * requests + (1 if o.disable_overlap_schedule else 2) * chunk + o.page_size
 
 
 def _model_class_issue(shape, sglang_version):

@@ -145,6 +145,15 @@ def pool_sizes(budget_gib, cell, page_size=1, max_total_tokens=None, sglang_vers
                 # set_num_tokens_hybrid_swa (< 0.5.10) takes the SWA count from the unaligned full count
                 unaligned = era == "mixin" and release_of(sglang_version) < V_SWA_ALIGNED_FIRST
                 out["swa_max_total_num_tokens"] = _page_floor(int((full if unaligned else tokens) * r), page_size)
+    elif swa.get("request_cap") is not None:
+        # SWAChunkCap/SWARequestCapPoolConfigurator: the SWA pool is the request cap, the full pool gets the rest
+        swa_tokens = -(-swa["request_cap"] // page_size) * page_size
+        full_cell = swa["full_bytes"] * (swa["full_layers"] + swa["draft_layers"])
+        tokens = _page_floor(int((available - swa_tokens * swa["swa_bytes"] * swa["swa_layers"]) // full_cell),
+                             page_size)
+        if max_total_tokens is not None and tokens > max_total_tokens:   # calculate_pool_sizes_from_max_tokens
+            tokens, swa_tokens = _page_floor(max_total_tokens, page_size), min(swa_tokens, max_total_tokens)
+        out["swa_max_total_num_tokens"] = swa_tokens
     else:   # HybridSWAPoolConfigurator: tokens are full tokens already; the cap re-solves from the capped count
         tokens = _page_floor(tokens, page_size)
         if max_total_tokens is not None:

@@ -42,6 +42,7 @@ ModelShape = namedtuple("ModelShape", [
     "vision_num_layers",        # vision_config.num_hidden_layers (None when absent)
     "vision_hidden_size",       # vision_config.hidden_size (None when absent)
     "linear_state",             # LinearState of a hybrid linear-attention model, else None
+    "sliding_window",           # the text config's sliding_window (None when absent)
 ])
 
 # The per-request recurrent state of a hybrid linear-attention model, as SGLang's Mamba2StateShape.create takes it
@@ -318,4 +319,5 @@ def model_shape(config, dtype="auto"):
         vision_num_layers=vision.get("num_hidden_layers") if vision else None,
         vision_hidden_size=vision.get("hidden_size") if vision else None,
         linear_state=linear,
+        sliding_window=text.get("sliding_window") if checks.is_integer(text.get("sliding_window")) else None,
     )

@@ -85,6 +85,9 @@ V_DSA_FP8_LAYOUT = (0, 5, 17)     # DSA + fp8_e4m3: 656-byte latent rows in the 
 V_DSA_SPEC_SPLIT = (0, 5, 18)     # DSA draft = int(kv * D / L) + the draft's own indexer
 V_VLM_RESERVATION = (0, 5, 18)    # multimodal models reserve SGLANG_VLM_CACHE_SIZE_MB of the KV budget
 V_SPEC_ADDITIVE = (0, 5, 22)      # cell += int(cell * D / L) instead of int(cell * (1 + D / L))
+V_SWA_REQUEST_CAP = (0, 5, 14)    # radix cache off + max_running_requests: the SWA pool from a request cap
+V_SWA_CAP_NEEDS_CHUNK = (0, 5, 21)  # ... only with chunked_prefill_size > 0 (0.5.14 - 0.5.20: any)
+V_SWA_CAP_ONE_REQUEST = (0, 5, 23)  # ... at least one request per attention-DP rank
 # default --mem-fraction-static
 V_NO_SPEC_RESERVE = (0, 5, 14)    # the +2048/+6144 MiB speculative reserve is gone
 V_GRAPH_RESERVE = (0, 5, 16)      # reserve_for_graph_mb(): decode + prefill graph terms

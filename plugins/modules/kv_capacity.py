@@ -85,7 +85,17 @@ options:
       - Default from the C(model.safetensors.index.json) beside O(model_config) when that is a path.
     type: int
   disable_radix_cache:
-    description: C(--disable-radix-cache); changes how a hybrid linear-attention model's state pool is sized.
+    description:
+      - C(--disable-radix-cache); changes how a hybrid linear-attention model's state pool is sized.
+      - With O(max_running_requests), SGLang 0.5.14 and later size a gpt-oss sliding-window pool from a request cap
+        (window + 128 + 2 x page tokens a request, plus 2 prefill chunks, 1 without the overlap schedule, plus a
+        page) and give the rest to the full pool; O(chunked_prefill_size) is then needed.
+    type: bool
+  chunked_prefill_size:
+    description: C(--chunked-prefill-size) (the sliding-window request cap only). Default from the startup log.
+    type: int
+  disable_overlap_schedule:
+    description: C(--disable-overlap-schedule) (the sliding-window request cap only). Default from the startup log.
     type: bool
   max_mamba_cache_size:
     description: C(--max-mamba-cache-size), the request slots of a hybrid linear-attention model's state pool.
@@ -437,7 +447,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings
-from ansible_collections.llmserve.sglang.plugins.module_utils.checks import parse_number
+from ansible_collections.llmserve.sglang.plugins.module_utils.checks import parse_bool, parse_number
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import default_for_server_args
@@ -457,7 +467,7 @@ MERGED = {
     "sglang_version": None, "speculative_algorithm": None, "speculative_num_steps": None,
     "speculative_eagle_topk": None, "speculative_num_draft_tokens": None, "max_running_requests": None,
     "disable_radix_cache": False, "max_mamba_cache_size": None, "mamba_full_memory_ratio": None,
-    "mamba_ssm_dtype": None,
+    "mamba_ssm_dtype": None, "chunked_prefill_size": None, "disable_overlap_schedule": False,
 }
 # What the formula computes from P and A: withheld when the log's memory numbers cannot be trusted.
 FROM_THE_LOG = (
@@ -477,6 +487,8 @@ def build_module():
             gpu_memory_total_mib=dict(type="int"),
             checkpoint_bytes=dict(type="int"),
             disable_radix_cache=dict(type="bool"),
+            chunked_prefill_size=dict(type="int"),
+            disable_overlap_schedule=dict(type="bool"),
             max_mamba_cache_size=dict(type="int"),
             mamba_full_memory_ratio=dict(type="float"),
             mamba_ssm_dtype=dict(type="str", choices=["float32", "bfloat16", "float16"]),
@@ -514,6 +526,8 @@ def _typed(name, value):
         return mem_fraction_static({name: value}, KvModelError)
     if name in MEMORY_ARGS or name in STATE_POOL_ARGS:
         return normalise(name, value, KvModelError)
+    if name == "disable_overlap_schedule":
+        return parse_bool(name, value, KvModelError)
     if name == "sglang_version":
         return str(value)
     return parse_number(name, value, float, KvModelError)
@@ -639,7 +653,9 @@ def main():
             free_after_start_gib=params["free_after_start_gib"], safety_margin_gib=params["safety_margin_gib"],
             hicache_ratio=params["hicache_ratio"], hicache_size_gb=params["hicache_size_gb"],
             mamba_ssm_dtype=inputs["mamba_ssm_dtype"], mamba_full_memory_ratio=inputs["mamba_full_memory_ratio"],
-            max_mamba_cache_size=inputs["max_mamba_cache_size"], disable_radix_cache=bool(inputs["disable_radix_cache"]))
+            max_mamba_cache_size=inputs["max_mamba_cache_size"], disable_radix_cache=bool(inputs["disable_radix_cache"]),
+            chunked_prefill_size=inputs["chunked_prefill_size"],
+            disable_overlap_schedule=bool(inputs["disable_overlap_schedule"]))
     except KvModelError as exc:
         module.fail_json(msg=str(exc))
     inputs["target_tokens"] = params["target_tokens"]

@@ -46,7 +46,7 @@ def _server_args(page, f, **kw):
     args = dict(page_size=page, swa_full_tokens_ratio=0.8, max_total_tokens=None, mem_fraction_static=f,
                 max_running_requests=None, disable_radix_cache=False, chunked_prefill_size=8192,
                 speculative_num_draft_tokens=None, speculative_algorithm=None, disable_overlap_schedule=False,
-                disaggregation_mode="null", max_mamba_cache_size=None)
+                disaggregation_mode="null", max_mamba_cache_size=None, kv_cache_dtype="auto")
     args.update(kw)
     return Obj(**args)
 
@@ -57,7 +57,8 @@ def _runner(cls, page, f, **kw):
         server_args=_server_args(page, f, **kw), model_config=_model_config(), page_size=page, mem_fraction_static=f,
         is_draft_worker=False, mambaish_config=None, use_mla_backend=False, num_effective_layers=36,
         kv_cache_dtype="bf16", sliding_window_size=128, is_hybrid=True, is_hybrid_swa=True, device="cuda",
-        gpu_id=0, pp_size=1, dp_size=1, start_layer=0, end_layer=36, spec_algorithm=Obj(is_none=lambda: True))
+        gpu_id=0, pp_size=1, dp_size=1, start_layer=0, end_layer=36,
+        spec_algorithm=Obj(is_none=lambda: True, is_eagle=lambda: False, is_standalone=lambda: False))
     # some of these are properties of ModelRunner: a subclass overrides them
     props = {k: v for k, v in attrs.items() if isinstance(getattr(cls, k, None), property)}
     runner = type("Runner", (cls,), props).__new__(type("Runner", (cls,), props)) if props else cls.__new__(cls)
@@ -108,16 +109,23 @@ def _configurator_pools(version, page, f, **kw):
     args = _server_args(page, f, **kw)
     ns = load(version, "sglang/srt/model_executor/pool_configurator.py", **names)
     runner = _runner(Obj, page, f, **kw)
-    if "get_schedule" in ns:   # 0.5.22+: the server arguments by group
-        ns.update(get_schedule=lambda: args, get_memory=lambda: Obj(disable_radix_cache=args.disable_radix_cache,
-                                                                      enable_unified_memory=False),
-                  get_spec=lambda: args, get_disagg=lambda: args, get_parallel=lambda: Obj(attn_tp_size=1))
+    runner.ps = Obj(attn_dp_size=1, attn_tp_size=1)   # 0.5.16+: the parallel sizes
+    window = functions(version, "sglang/srt/models/gpt_oss.py", "get_attention_sliding_window_size")
+    runner.sliding_window_size = window["get_attention_sliding_window_size"](Obj(sliding_window=128))
+    # later releases read the server arguments by group
+    groups = dict(get_schedule=lambda: args, get_spec=lambda: args, get_disagg=lambda: args,
+                  get_memory=lambda: Obj(disable_radix_cache=args.disable_radix_cache, enable_unified_memory=False),
+                  get_parallel=lambda: Obj(attn_tp_size=1, attn_dp_size=1))
+    ns.update({name: group for name, group in groups.items() if name in ns})
+    if "get_schedule" in ns:
         runner.__dict__.update(layer_info=_model_config(), kv_cache_dtype_str="bfloat16", attn_dp_size=1,
-                               spec_algorithm=Obj(is_eagle=lambda: False, is_standalone=lambda: False),
                                fused_entry_bytes=lambda kind: None, spec_aux_config=None)
         ns["_dflash_draft_cell_size"] = lambda kvc: 0
     configurator = ns["create_memory_pool_configurator"](runner)
     pools = configurator.calculate_pool_sizes(int((A - P * (1 - f)) * GIB), page)
+    capped = min(pools.max_total_num_tokens, args.max_total_tokens or pools.max_total_num_tokens) // page * page
+    if capped != pools.max_total_num_tokens:   # _apply_token_constraints, then the constraint path
+        pools = configurator.calculate_pool_sizes_from_max_tokens(capped, page)
     return pools.full_max_total_num_tokens, pools.swa_max_total_num_tokens
 
 
@@ -139,6 +147,23 @@ def test_hybrid_swa_pools_match_sglang(version, page, f):
             collection_pools(version, page, f)
         return
     assert collection_pools(version, page, f) == expected
+
+
+# --disable-radix-cache --max-running-requests N: the SWA pool from a request cap from 0.5.14 (0.5.13: the ratio).
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.14", "0.5.16", "0.5.18", "0.5.20", "0.5.21", "0.5.23"])
+@pytest.mark.parametrize("page,requests,extra", [
+    (1, 32, {}), (64, 256, {}), (1, 32, {"disable_overlap_schedule": True}), (16, 32, {"max_total_tokens": 20000}),
+    (1, 10 ** 6, {}),
+])
+def test_swa_request_cap_matches_sglang(version, page, requests, extra):
+    kw = dict(extra, max_running_requests=requests, disable_radix_cache=True, chunked_prefill_size=8192)
+    try:
+        expected = sglang_pools(version, page, 0.85, **kw)
+    except RuntimeError as exc:   # "SWA pool cap ... leaves no room for the full KV pool"
+        r = capacity(GPT_OSS_LIKE, 0.85, P, A, page_size=page, sglang_version=version, **kw)
+        assert r["max_total_num_tokens"] == 0 and "does not start with this" in r["issues"][0], (exc, r)
+        return
+    assert collection_pools(version, page, 0.85, **kw) == expected
 
 
 def test_stub_fails_loudly_in_arithmetic():

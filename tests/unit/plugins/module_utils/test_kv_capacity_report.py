@@ -166,6 +166,36 @@ def test_a_model_class_the_release_lacks_is_warned(config, version, warned, requ
         assert said[0].startswith("SGLang %s has no model class %s" % (version, arch))
 
 
+# --disable-radix-cache --max-running-requests N: from 0.5.14 the SWA pool is sized from a request cap
+# (SWAChunkCapPoolConfigurator, SWARequestCapPoolConfigurator in 0.5.22), the full pool gets the rest. Figures from
+# SGLang's code executed from the wheels 0.5.13, 0.5.14, 0.5.22, 0.5.23 (tests/functional/test_sglang_wheel_sizing.py),
+# gpt-oss window 127, chunked_prefill_size 8192, P 78.9, A 66.0, f 0.85.
+@pytest.mark.parametrize("version,page,n,full,swa", [
+    ("0.5.13", 1, 32, 876483, 701186), ("0.5.14", 1, 32, 1553060, 24609), ("0.5.14", 64, 256, 1463168, 114496),
+    ("0.5.22", 1, 256, 1495492, 82177), ("0.5.23", 1, 32, 1553060, 24609), ("0.5.23", 64, 32, 1548928, 28736),
+    ("0.5.23", 64, 256, 1463168, 114496),
+])
+def test_swa_request_cap_with_the_radix_cache_off(version, page, n, full, swa):
+    r = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, page_size=page, sglang_version=version, max_running_requests=n,
+                 disable_radix_cache=True, chunked_prefill_size=8192)
+    assert (r["max_total_num_tokens"], r["swa_max_total_num_tokens"]) == (full, swa)
+
+
+def test_swa_request_cap_rules():
+    cap = dict(page_size=1, max_running_requests=32, disable_radix_cache=True, chunked_prefill_size=8192)
+    one_chunk = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, disable_overlap_schedule=True, **cap)
+    assert one_chunk["swa_max_total_num_tokens"] == 24609 - 8192   # one prefill chunk in flight without overlap
+    capped = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, max_total_tokens=20000, **cap)
+    assert (capped["max_total_num_tokens"], capped["swa_max_total_num_tokens"]) == (20000, 20000)
+    with pytest.raises(KvModelError, match="chunked_prefill_size"):
+        capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, **dict(cap, chunked_prefill_size=None))
+    full = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, sglang_version="0.5.23", **dict(cap, max_running_requests=10 ** 6))
+    assert full["max_total_num_tokens"] == 0
+    assert full["issues"][0].startswith("SGLang 0.5.23 does not start with this: the sliding-window pool's request cap")
+    with pytest.raises(KvModelError, match="speculative"):
+        capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, speculative_algorithm="EAGLE3", **cap)
+
+
 def test_gemma3_is_hybrid_only_for_classic():
     gemma3 = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": 12,
               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 512,
