@@ -17,7 +17,10 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import (
 )
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_state import state_bytes_per_request, state_slots
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import (
+    POST_CAPTURE_SIZING_MODELS,
     V_PAGED_HYBRID_ASSERT,
+    V_POST_CAPTURE_MODEL_ON,
+    V_POST_CAPTURE_SIZING,
     V_SWA_CAP_NEEDS_CHUNK,
     V_SWA_CAP_ONE_REQUEST,
     V_SWA_REQUEST_CAP,
@@ -115,6 +118,8 @@ CAPACITY_OPTIONS = {
     "disable_radix_cache": False,
     # the sliding-window request cap (radix cache off, >= 0.5.14)
     "chunked_prefill_size": None, "disable_overlap_schedule": False,
+    # the server's environment (SGLANG_* variables that change the sizing)
+    "environment": None,
     # what-ifs: a pool to reach, the idle headroom, a host-memory cache, a boot to compare with
     "target_tokens": None, "free_after_start_gib": None, "safety_margin_gib": 2.0, "hicache_ratio": None,
     "hicache_size_gb": None, "observed": None,
@@ -233,7 +238,7 @@ class _PoolModel(object):
         self.shape = shape = self.plan["shape"]
         self.mm = mm_reservation_gib(shape, o.sglang_version, o.mm_feature_transport)
         self.swa = self.plan["swa"]
-        _refuse_where_sglang_does(self.swa, o)
+        _refuse_where_sglang_does(shape, self.swa, o)
         cap = swa_request_cap(shape, self.swa, o)
         if cap is not None:
             self.swa = dict(self.swa, request_cap=cap)
@@ -266,8 +271,38 @@ class _PoolModel(object):
         return sizes
 
 
-def _refuse_where_sglang_does(swa, o):
-    """KvModelError for a configuration the stated SGLang release does not start with: no token figure for it."""
+_ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")   # environ.py EnvBool
+
+
+def _post_capture_sizing(shape, o):
+    """True when SGLang sizes the KV pool after CUDA-graph capture (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, from
+    0.5.16; on by default for Muse Spark in 0.5.23); it skips MLA models. KvModelError for a value SGLang rejects."""
+    if not since(o.sglang_version, V_POST_CAPTURE_SIZING):
+        return False
+    env = o.environment or {}
+    if not isinstance(env, dict):
+        raise KvModelError("environment must be a dict of the server's environment variables, got %r" % (env,))
+    name = "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"
+    raw = env.get(name)
+    if raw is None:
+        on = shape.architecture in POST_CAPTURE_SIZING_MODELS and since(o.sglang_version, V_POST_CAPTURE_MODEL_ON)
+    elif str(raw).lower() in _ENV_TRUE + _ENV_FALSE:
+        on = str(raw).lower() in _ENV_TRUE
+    else:
+        raise KvModelError("SGLang %s does not start with this: %s=%r is not a valid boolean value"
+                           % (o.sglang_version or "(newest)", name, raw))
+    return on and shape.attention == "mha"
+
+
+def _refuse_where_sglang_does(shape, swa, o):
+    """KvModelError for a configuration the stated SGLang release does not start with: no token figure for it; and
+    for one whose pool the formula does not size (post-capture sizing)."""
+    if _post_capture_sizing(shape, o):
+        raise KvModelError(
+            "SGLang %s sizes the KV pool after CUDA-graph capture here (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, a "
+            "model without MLA; unless CUDA graphs or prefill capture are off): the pool is what is free after "
+            "capture, not A - P x (1 - f), so there is no prediction; measure it (the tuner does)"
+            % (o.sglang_version or "(newest)"))
     version = o.sglang_version
     if version is None:
         return

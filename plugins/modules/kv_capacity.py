@@ -91,6 +91,13 @@ options:
         (window + 128 + 2 x page tokens a request, plus 2 prefill chunks, 1 without the overlap schedule, plus a
         page) and give the rest to the full pool; O(chunked_prefill_size) is then needed.
     type: bool
+  environment:
+    description:
+      - The server's environment variables (its unit's C(Environment=)); only those that change the sizing are read.
+      - With C(SGLANG_ENABLE_POST_CAPTURE_KV_SIZING) on (SGLang 0.5.16 and later; on by default for Muse Spark in
+        0.5.23), SGLang sizes the pool of a model without MLA after CUDA-graph capture, and the module fails
+        saying so instead of predicting.
+    type: dict
   chunked_prefill_size:
     description: C(--chunked-prefill-size) (the sliding-window request cap only). Default from the startup log.
     type: int
@@ -214,8 +221,8 @@ notes:
     class the release does not have (gpt-oss or Qwen3.5 on 0.4.6) is said in RV(issues).
   - Not modelled, and failing with a message that says so, are other linear-attention kinds (Kimi-Linear, LFM2,
     Granite-4.0-H, Jamba), speculative decoding with a hybrid linear-attention model, DeepSeek-V4 compressed
-    attention, pipeline parallelism (MIN over stages), DFLASH drafts, SGLANG_ENABLE_POST_CAPTURE_KV_SIZING and
-    environment overrides of the multimodal reservation.
+    attention, pipeline parallelism (MIN over stages), DFLASH drafts, post-capture KV sizing (see O(environment))
+    and environment overrides of the multimodal reservation.
 seealso:
   - name: SGLang server arguments
     description: C(--mem-fraction-static), C(--max-total-tokens), C(--kv-cache-dtype) and the others.
@@ -488,6 +495,7 @@ def build_module():
             checkpoint_bytes=dict(type="int"),
             disable_radix_cache=dict(type="bool"),
             chunked_prefill_size=dict(type="int"),
+            environment=dict(type="dict"),
             disable_overlap_schedule=dict(type="bool"),
             max_mamba_cache_size=dict(type="int"),
             mamba_full_memory_ratio=dict(type="float"),
@@ -655,7 +663,7 @@ def main():
             mamba_ssm_dtype=inputs["mamba_ssm_dtype"], mamba_full_memory_ratio=inputs["mamba_full_memory_ratio"],
             max_mamba_cache_size=inputs["max_mamba_cache_size"], disable_radix_cache=bool(inputs["disable_radix_cache"]),
             chunked_prefill_size=inputs["chunked_prefill_size"],
-            disable_overlap_schedule=bool(inputs["disable_overlap_schedule"]))
+            disable_overlap_schedule=bool(inputs["disable_overlap_schedule"]), environment=params["environment"])
     except KvModelError as exc:
         module.fail_json(msg=str(exc))
     inputs["target_tokens"] = params["target_tokens"]

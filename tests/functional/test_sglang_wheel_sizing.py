@@ -6,17 +6,21 @@
 Memory is stubbed: the free memory before the weights (P) and at the pool (A) are given, SGLang's functions
 compute the tokens. What is executed, per release: the profile (profile_max_num_token and its cell) and the
 hybrid sliding-window split (classic set_num_token_hybrid, 0.5.7 - 0.5.9 set_num_tokens_hybrid_swa, 0.5.10
-_resolve_memory_pool_config, >= 0.5.11 the pool configurators). The glue between them in init_memory_pool (the
+_resolve_memory_pool_config, >= 0.5.11 the pool configurators, with the SWA request cap from 0.5.14), and whether
+post-capture KV sizing is planned (0.5.20+ post_capture_kv_sizing_planned). The glue between them in init_memory_pool (the
 --max-total-tokens cap and the page floor before the split; the classic and 0.5.7 allocator's
-``assert not self.is_hybrid`` for a page size > 1) is read, not executed: it is written out below where it is used.
+``assert not self.is_hybrid`` for a page size > 1; the --max-total-tokens constraint path of the configurators) is
+read, not executed: it is written out below where it is used. Wheels: .tmp/sglang-wheels, about 200 MB on a first
+run; a release that cannot be downloaded is skipped, saying so.
 """
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
 
-from conftest import _collections_path
+from conftest import FIXTURES, _collections_path
 from sglang_wheels import Obj, Stub, element_size_torch, functions, load
 
 sys.path.insert(0, _collections_path())
@@ -164,6 +168,54 @@ def test_swa_request_cap_matches_sglang(version, page, requests, extra):
         assert r["max_total_num_tokens"] == 0 and "does not start with this" in r["issues"][0], (exc, r)
         return
     assert collection_pools(version, page, 0.85, **kw) == expected
+
+
+def _post_capture_planned(version, env_on, mla):
+    """post_capture_kv_sizing_planned of arg_groups/overrides.py (0.5.20+) for a CUDA server with graphs and prefill
+    capture on; the prefill-buffer ceiling registry is left out (identity: no model registers one here)."""
+    envs = Obj(SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=Obj(get=lambda: env_on),
+               SGLANG_MOONCAKE_CUSTOM_MEM_POOL=Obj(get=lambda: None), MOONCAKE_PROTOCOL=Obj(get=lambda: "rdma"))
+    model = Obj(is_hybrid_swa=False, hf_config=Obj(architectures=["LlamaForCausalLM"]))
+    ns = load(version, "sglang/srt/arg_groups/overrides.py", resolving_view=lambda sa: sa, envs=envs,
+              Backend=Obj(DISABLED="disabled"), use_mla_backend=lambda sa: mla, model_config_of=lambda sa: model,
+              ResolvedView=type("ResolvedView", (), {}), ResolvingConfig=type("ResolvingConfig", (), {}),
+              prefill_buffer_ceiling_of=lambda record, tokens: tokens)
+    cfg = Obj(enable_kv_cache_sharding=False, device="cuda", dcp_size=1, prefill_only_disable_kv_cache=False,
+              enable_memory_saver=False, disaggregation_transfer_backend="nixl", enable_unified_memory=False,
+              disaggregation_mode="null", chunked_prefill_size=8192, enable_dynamic_chunking=False, pp_size=1,
+              max_prefill_tokens=16384, kv_cache_dtype="auto",
+              cuda_graph_config=Obj(decode=Obj(backend="full"), prefill=Obj(backend="full", bs=(8192,))))
+    # its late import of configs.model_config, answered without SGLang installed
+    fakes = {name: type(sys)(name) for name in ("sglang", "sglang.srt", "sglang.srt.configs",
+                                                 "sglang.srt.configs.model_config")}
+    fakes["sglang.srt.configs.model_config"].__dict__.update(is_deepseek_v4=lambda c: False,
+                                                             is_minimax_sparse=lambda c: False)
+    saved = {name: sys.modules.get(name) for name in fakes}
+    sys.modules.update(fakes)
+    try:
+        return ns["post_capture_kv_sizing_planned"](cfg)
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name)
+            else:
+                sys.modules[name] = module
+
+
+@pytest.mark.parametrize("version", ["0.5.20", "0.5.23"])
+@pytest.mark.parametrize("env_on", [True, False])
+@pytest.mark.parametrize("config", ["llama", "deepseek"])
+def test_post_capture_sizing_is_refused_where_sglang_plans_it(version, env_on, config):
+    model = json.loads((FIXTURES / "configs" / ("llama-3.1-8b.json" if config == "llama" else "deepseek-v3.json"))
+                       .read_text())
+    planned = _post_capture_planned(version, env_on, config == "deepseek")
+    env = {"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "1" if env_on else "0"}
+    if planned:
+        with pytest.raises(KvModelError, match="after CUDA-graph capture"):
+            capacity(model, 0.85, P, A, sglang_version=version, environment=env)
+    else:
+        assert capacity(model, 0.85, P, A, sglang_version=version, environment=env)["max_total_num_tokens"] > 0
+    assert planned is (env_on and config == "llama")   # the case covers both answers
 
 
 def test_stub_fails_loudly_in_arithmetic():

@@ -196,6 +196,37 @@ def test_swa_request_cap_rules():
         capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, speculative_algorithm="EAGLE3", **cap)
 
 
+# SGLANG_ENABLE_POST_CAPTURE_KV_SIZING (environ.py from 0.5.16, EnvBool: true/1/yes/y, false/0/no/n): the pool is
+# sized after CUDA-graph capture for models without MLA (post_capture_kv_sizing_planned, 0.5.20+ overrides.py);
+# 0.5.23 turns it on for Muse Spark (muse_spark_hook.py MUSE_SPARK_ENV_DEFAULTS) unless the environment says.
+@pytest.mark.parametrize("version,env,arch,refused", [
+    ("0.5.23", {"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "1"}, None, True),
+    ("0.5.16", {"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "True"}, None, True),
+    ("0.5.15", {"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "1"}, None, False),
+    ("0.5.23", {"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "no"}, None, False),
+    ("0.5.23", None, None, False),
+    ("0.5.23", None, "MuseSparkForConditionalGeneration", True),
+    ("0.5.22", None, "MuseSparkForConditionalGeneration", False),
+    ("0.5.23", {"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "0"}, "MuseSparkForConditionalGeneration", False),
+])
+def test_post_capture_kv_sizing_is_not_predicted(llama8b, version, env, arch, refused):
+    cfg = dict(llama8b, architectures=[arch]) if arch else llama8b
+    if not refused:
+        assert capacity(cfg, 0.85, 78.9, 66.0, sglang_version=version, environment=env)["max_total_num_tokens"]
+        return
+    with pytest.raises(KvModelError, match=r"^SGLang %s sizes the KV pool after CUDA-graph capture" % version):
+        capacity(cfg, 0.85, 78.9, 66.0, sglang_version=version, environment=env)
+
+
+def test_post_capture_kv_sizing_rules(deepseek, llama8b):
+    env = {"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "1"}
+    assert capacity(deepseek, 0.88, 94.04, 21.71, tp_size=8, sglang_version="0.5.23", environment=env)[
+        "max_total_num_tokens"]   # MLA: sized before capture, as always
+    with pytest.raises(KvModelError, match="SGLang 0.5.23 does not start with this: .*not a valid boolean"):
+        capacity(llama8b, 0.85, 78.9, 66.0, sglang_version="0.5.23",
+                 environment={"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "maybe"})
+
+
 def test_gemma3_is_hybrid_only_for_classic():
     gemma3 = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": 12,
               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 512,
