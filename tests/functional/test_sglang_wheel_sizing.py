@@ -5,13 +5,13 @@
 
 Memory is stubbed: the free memory before the weights (P) and at the pool (A) are given, SGLang's functions
 compute the tokens. What is executed, per release: the profile (profile_max_num_token and its cell) and the
-hybrid sliding-window split (classic set_num_token_hybrid, 0.5.7 - 0.5.9 set_num_tokens_hybrid_swa, 0.5.10
+hybrid sliding-window split (classic set_num_token_hybrid, 0.5.8 - 0.5.9 set_num_tokens_hybrid_swa, 0.5.10
 _resolve_memory_pool_config, >= 0.5.11 the pool configurators, with the SWA request cap from 0.5.14), and whether
-post-capture KV sizing is planned (0.5.20+ post_capture_kv_sizing_planned). The glue between them in init_memory_pool (the
---max-total-tokens cap and the page floor before the split; the classic and 0.5.7 allocator's
-``assert not self.is_hybrid`` for a page size > 1; the --max-total-tokens constraint path of the configurators) is
-read, not executed: it is written out below where it is used. Wheels: .tmp/sglang-wheels, about 200 MB on a first
-run; a release that cannot be downloaded is skipped, saying so.
+post-capture KV sizing is planned (post_capture_kv_sizing_planned, 0.5.20+). The glue between them is read, not
+executed, and written out below where it is used: in init_memory_pool the --max-total-tokens cap and the page
+floor before the split, the classic allocator's ``assert not self.is_hybrid`` for a page size > 1, and the
+configurators' --max-total-tokens constraint path. Wheels: .tmp/sglang-wheels, about 180 MB on a first run; a
+release that cannot be downloaded is skipped, saying so.
 """
 from __future__ import annotations
 
@@ -186,8 +186,8 @@ def _post_capture_planned(version, env_on, mla):
               max_prefill_tokens=16384, kv_cache_dtype="auto",
               cuda_graph_config=Obj(decode=Obj(backend="full"), prefill=Obj(backend="full", bs=(8192,))))
     # its late import of configs.model_config, answered without SGLang installed
-    fakes = {name: type(sys)(name) for name in ("sglang", "sglang.srt", "sglang.srt.configs",
-                                                 "sglang.srt.configs.model_config")}
+    names = ("sglang", "sglang.srt", "sglang.srt.configs", "sglang.srt.configs.model_config")
+    fakes = {name: type(sys)(name) for name in names}
     fakes["sglang.srt.configs.model_config"].__dict__.update(is_deepseek_v4=lambda c: False,
                                                              is_minimax_sparse=lambda c: False)
     saved = {name: sys.modules.get(name) for name in fakes}

@@ -187,9 +187,13 @@ def test_swa_request_cap_rules():
     assert one_chunk["swa_max_total_num_tokens"] == 24609 - 8192   # one prefill chunk in flight without overlap
     capped = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, max_total_tokens=20000, **cap)
     assert (capped["max_total_num_tokens"], capped["swa_max_total_num_tokens"]) == (20000, 20000)
+    no_chunk = dict(cap)
+    no_chunk["chunked_prefill_size"] = None
     with pytest.raises(KvModelError, match="chunked_prefill_size"):
-        capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, **dict(cap, chunked_prefill_size=None))
-    full = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, sglang_version="0.5.23", **dict(cap, max_running_requests=10 ** 6))
+        capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, **no_chunk)
+    crowded = dict(cap)
+    crowded["max_running_requests"] = 10 ** 6
+    full = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, sglang_version="0.5.23", **crowded)
     assert full["max_total_num_tokens"] == 0
     assert full["issues"][0].startswith("SGLang 0.5.23 does not start with this: the sliding-window pool's request cap")
     with pytest.raises(KvModelError, match="speculative"):
