@@ -12,9 +12,12 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import DTYPE_BYTES, model_shape
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import (
+    HYBRID_SWA_0_5_7,
     V_AUTO_READS_KV_QUANT,
     V_DSA_FP8_LAYOUT,
     V_DSA_SPEC_SPLIT,
+    V_HYBRID_SWA_MODELS,
+    V_HYBRID_SWA_POOLS,
     V_MXFP8_SCALE,
     V_SPEC_ADDITIVE,
     V_SWA_CONFIGURATOR,
@@ -104,7 +107,14 @@ def draft_layer_count(shape, speculative_algorithm, draft_layers=None):
 
 
 def _uses_hybrid_swa(shape, sglang_version):
-    return shape.hybrid_swa_classic if kv_era(sglang_version) == "classic" else shape.hybrid_swa
+    rel = release_of(sglang_version)
+    if rel < V_HYBRID_SWA_POOLS:
+        return False   # no sliding-window pools (0.4.9: Llama 4 only, with --hybrid-kvcache-ratio)
+    if kv_era(sglang_version) == "classic":
+        return shape.hybrid_swa_classic
+    if rel < V_HYBRID_SWA_MODELS:
+        return shape.hybrid_swa and shape.architecture in HYBRID_SWA_0_5_7   # is_hybrid_model
+    return shape.hybrid_swa
 
 
 def _mha_geometry(shape, attn_tp, elem, sglang_version):

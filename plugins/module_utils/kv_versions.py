@@ -77,6 +77,9 @@ def since(version, threshold):
 # A full version, compared with compare_versions: 0.5.3rc0 still ignores the checkpoint, 0.5.3rc2 reads it.
 V_AUTO_READS_KV_QUANT = "0.5.3rc2"  # kv-cache-dtype auto: fp8 when quant_config.kv_cache_quant_algo is FP8
 V_MIXIN = (0, 5, 7)               # v_head_dim in the MHA cell, no EAGLE headroom, memory-based hybrid-SWA split
+V_HYBRID_SWA_POOLS = (0, 4, 10)   # sliding-window pools for any model with a window (0.4.9: Llama 4 only)
+V_HYBRID_SWA_MODELS = (0, 5, 8)   # is_hybrid_swa_model: gpt-oss and the others; 0.5.7 only these (is_hybrid_model)
+HYBRID_SWA_0_5_7 = ("MiMoV2FlashForCausalLM",)
 V_SWA_ALIGNED_FIRST = (0, 5, 10)  # hybrid SWA: the SWA count from the page-aligned full count (before: unaligned)
 V_SWA_CONFIGURATOR = (0, 5, 11)   # HybridSWAPoolConfigurator: cell = F*nf + r*S*ns
 V_CURRENT = (0, 5, 14)            # EAGLE draft in the cell, "Loaded weights leave no GPU memory" error

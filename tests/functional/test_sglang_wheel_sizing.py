@@ -82,6 +82,8 @@ def sglang_pools(version, page, f, **kw):
     if rel < (0, 5, 7):
         ns = load(version, "sglang/srt/model_executor/model_runner.py", **_names())
         runner = _runner(ns["ModelRunner"], page, f, **kw)
+        if not hasattr(runner, "set_num_token_hybrid"):   # no sliding-window pools in this release
+            return runner.profile_max_num_token(P) // page * page, None
         runner.model = Obj(model=Obj(layers=[Obj(layer_id=i, self_attn=Obj(attn=Obj(
             sliding_window_size=None if i in FULL_IDS else 128))) for i in range(36)]))
         runner.max_total_num_tokens = runner.profile_max_num_token(P)
@@ -92,6 +94,11 @@ def sglang_pools(version, page, f, **kw):
     if rel < (0, 5, 10):
         ns = load(version, "sglang/srt/model_executor/model_runner_kv_cache_mixin.py", **_names())
         runner = _runner(ns["ModelRunnerKVCacheMixin"], page, f, **kw)
+        if rel < (0, 5, 8):   # ModelConfig._derive_hybrid_model: is_hybrid_model decides, no --hybrid-kvcache-ratio
+            hybrid = functions(version, "sglang/srt/configs/model_config.py", "is_hybrid_model")["is_hybrid_model"]
+            if hybrid(["GptOssForCausalLM"], None, 131072, None) is None:
+                runner.model_config.full_attention_layer_ids = []   # what model_runner then sets
+                return runner.profile_max_num_token(P) // page * page, None
         runner.max_total_num_tokens = runner.profile_max_num_token(P)
         runner.max_total_num_tokens = runner.max_total_num_tokens // page * page  # init_memory_pool
         runner.set_num_tokens_hybrid_swa()
@@ -138,8 +145,8 @@ def collection_pools(version, page, f, **kw):
     return r["max_total_num_tokens"], r["swa_max_total_num_tokens"]
 
 
-# 0.5.7 is left out: it builds no sliding-window pool for gpt-oss (is_hybrid_model: MiMo-V2 and Llama 4 only).
-@pytest.mark.parametrize("version", ["0.5.2", "0.5.5.post3", "0.5.8", "0.5.9", "0.5.10", "0.5.14", "0.5.23"])
+@pytest.mark.parametrize("version", ["0.4.6.post5", "0.5.2", "0.5.5.post3", "0.5.7", "0.5.8", "0.5.9", "0.5.10",
+                                     "0.5.14", "0.5.23"])
 @pytest.mark.parametrize("page", [1, 64])
 @pytest.mark.parametrize("f", [0.85, 0.8317])
 def test_hybrid_swa_pools_match_sglang(version, page, f):

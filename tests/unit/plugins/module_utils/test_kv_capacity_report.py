@@ -231,6 +231,15 @@ def test_post_capture_kv_sizing_rules(deepseek, llama8b):
                  environment={"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "maybe"})
 
 
+# Releases without sliding-window pools for the model (executed from the wheels, tests/functional/
+# test_sglang_wheel_sizing.py): before 0.4.10 no model gets them (0.4.9: Llama 4 only), 0.5.7 only MiMo-V2-Flash
+# (is_hybrid_model); a gpt-oss-shaped model is then one pool over every layer.
+@pytest.mark.parametrize("version,tokens", [("0.4.6.post5", 788834), ("0.5.7", 788834)])
+def test_no_swa_pool_where_the_release_builds_none(version, tokens):
+    r = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, sglang_version=version)
+    assert (r["max_total_num_tokens"], r["swa_max_total_num_tokens"]) == (tokens, None)
+
+
 def test_gemma3_is_hybrid_only_for_classic():
     gemma3 = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": 12,
               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 512,
@@ -240,6 +249,9 @@ def test_gemma3_is_hybrid_only_for_classic():
     assert shape.hybrid_swa_classic and not shape.hybrid_swa
     assert capacity(gemma3, 0.8, 20.0, 15.0)["swa_max_total_num_tokens"] is None
     assert capacity(gemma3, 0.8, 20.0, 15.0, sglang_version="0.5.5")["swa_max_total_num_tokens"] > 0
+    assert capacity(gemma3, 0.8, 20.0, 15.0, sglang_version="0.4.10")["swa_max_total_num_tokens"] > 0
+    for older in ("0.4.6.post5", "0.4.9"):   # no is_hybrid in model_runner before 0.4.9, Llama 4 only in 0.4.9
+        assert capacity(gemma3, 0.8, 20.0, 15.0, sglang_version=older)["swa_max_total_num_tokens"] is None
 
 
 # ------------------------------------------------------------------------------------------------------------------
