@@ -7,7 +7,8 @@ Memory is stubbed: the free memory before the weights (P) and at the pool (A) ar
 compute the tokens. What is executed, per release: the profile (profile_max_num_token and its cell) and the
 hybrid sliding-window split (classic set_num_token_hybrid, 0.5.8 - 0.5.9 set_num_tokens_hybrid_swa, 0.5.10
 _resolve_memory_pool_config, >= 0.5.11 the pool configurators, with the SWA request cap from 0.5.14), and whether
-post-capture KV sizing is planned (post_capture_kv_sizing_planned, 0.5.20+). The glue between them is read, not
+post-capture KV sizing is planned (post_capture_kv_sizing_planned, 0.5.20+), and what --kv-cache-dtype auto
+becomes for a checkpoint with fp8 KV scales. The glue between them is read, not
 executed, and written out below where it is used: in init_memory_pool the --max-total-tokens cap and the page
 floor before the split, the classic allocator's ``assert not self.is_hybrid`` for a page size > 1, and the
 configurators' --max-total-tokens constraint path. Wheels: .tmp/sglang-wheels, about 180 MB on a first run; a
@@ -15,17 +16,20 @@ release that cannot be downloaded is skipped, saying so.
 """
 from __future__ import annotations
 
+import ast
 import json
 import sys
 
 import pytest
 
 from conftest import FIXTURES, _collections_path
-from sglang_wheels import Obj, Stub, element_size_torch, functions, load
+from sglang_wheels import Obj, Stub, element_size_torch, functions, load, source
 
 sys.path.insert(0, _collections_path())
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError  # noqa: E402
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_cell import resolve_kv_cache_dtype  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape  # noqa: E402
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import compare_versions  # noqa: E402
 
 GIB = 1 << 30
@@ -223,6 +227,44 @@ def test_post_capture_sizing_is_refused_where_sglang_plans_it(version, env_on, c
     else:
         assert capacity(model, 0.85, P, A, sglang_version=version, environment=env)["max_total_num_tokens"] > 0
     assert planned is (env_on and config == "llama")   # the case covers both answers
+
+
+def _auto_kv_dtype(version):
+    """What SGLang `version` makes of --kv-cache-dtype auto for a bf16 model whose quant_config says
+    kv_cache_quant_algo FP8: its own `if self.server_args.kv_cache_dtype == "auto":` statement, executed (0.5.23:
+    configure_kv_cache_dtype of mem_cache/kv_cache_dtype.py)."""
+    torch = Obj(float8_e4m3fn="fp8_e4m3", float8_e5m2="fp8_e5m2", bfloat16="bfloat16", float16="float16",
+                float8_e4m3fnuz="fp8_e4m3fnuz", float8_e5m2fnuz="fp8_e5m2fnuz", uint8="uint8")
+    model = Obj(quant_config=Obj(kv_cache_quant_algo="FP8"))
+    if compare_versions(version, "0.5.23") >= 0:
+        ns = load(version, "sglang/srt/mem_cache/kv_cache_dtype.py", torch=torch, _is_hip=False,
+                  TORCH_DTYPE_TO_KV_CACHE_STR={"fp8_e4m3": "fp8_e4m3"})
+        return ns["configure_kv_cache_dtype"](server_args_kv_cache_dtype="auto", model=model, model_dtype="bfloat16",
+                                              is_draft_worker=False, is_dflash=False,
+                                              speculative_draft_attention_backend=None)[1]
+    for path in ("sglang/srt/model_executor/model_runner.py",
+                 "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"):
+        try:
+            tree = ast.parse(source(version, path))
+        except KeyError:   # no such file in this release
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "self.server_args.kv_cache_dtype == 'auto'":
+                runner = Obj(server_args=Obj(kv_cache_dtype="auto"), model=model, dtype="bfloat16")
+                exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"),  # noqa: S102 - SGLang's code
+                     {"self": runner, "torch": torch, "_is_hip": False, "getattr": getattr, "isinstance": isinstance,
+                      "str": str, "TORCH_DTYPE_TO_KV_CACHE_STR": {"fp8_e4m3": "fp8_e4m3"}})
+                return runner.kv_cache_dtype
+    raise AssertionError("sglang %s: no kv_cache_dtype == 'auto' branch found" % version)
+
+
+@pytest.mark.parametrize("version", ["0.4.6.post5", "0.5.2", "0.5.3rc0", "0.5.3rc2", "0.5.5.post3", "0.5.9", "0.5.14",
+                                     "0.5.23"])
+def test_kv_cache_dtype_auto_with_fp8_kv_scales_matches_sglang(version):
+    model = json.loads((FIXTURES / "configs" / "llama-3.1-8b.json").read_text())
+    model["quantization_config"] = {"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"}
+    expected = _auto_kv_dtype(version)
+    assert resolve_kv_cache_dtype("auto", model_shape(model), version)[0] == expected
 
 
 def test_stub_fails_loudly_in_arithmetic():

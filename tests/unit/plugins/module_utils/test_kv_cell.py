@@ -65,7 +65,8 @@ def test_kv_cache_quant_algo_fp8_makes_auto_fp8(llama8b):
 
 # init_memory_pool reads quant_config.kv_cache_quant_algo for "auto" from 0.5.3rc2 on; 0.5.3rc0 and 0.5.2 use the
 # model dtype whatever the checkpoint says (grep kv_cache_quant_algo sglang/srt/model_executor/model_runner.py in the
-# PyPI wheels 0.4.6.post5, 0.5.2, 0.5.3rc0: absent; 0.5.3rc2, 0.5.3 ... 0.5.14, 0.5.23 kv_cache_dtype.py: present).
+# PyPI wheels 0.4.6.post5, 0.5.2, 0.5.3rc0: absent; 0.5.3rc2, 0.5.3 ... 0.5.14, 0.5.23 kv_cache_dtype.py: present;
+# the branch executed from the wheels: tests/functional/test_sglang_wheel_sizing.py).
 @pytest.mark.parametrize("version,expected", [
     ("0.4.6.post5", ("bfloat16", 2)), ("0.5.2", ("bfloat16", 2)), ("0.5.3rc0", ("bfloat16", 2)),
     ("0.5.3rc2", ("fp8_e4m3", 1)), ("0.5.3", ("fp8_e4m3", 1)), ("0.5.5.post3", ("fp8_e4m3", 1)),
