@@ -23,6 +23,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import
     V_POST_CAPTURE_SIZING,
     V_SWA_CAP_NEEDS_CHUNK,
     V_SWA_CAP_ONE_REQUEST,
+    V_SWA_MIN_POOL,
     V_SWA_REQUEST_CAP,
     V_VLM_RESERVATION,
     compare_versions,
@@ -174,7 +175,10 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     lowest = lowest_viable_fraction(p, a, mm_reservation_gib=mm)
     sizes = model.sizes_at(f)
     tokens = sizes["max_total_num_tokens"]
-    if tokens == 0 and swa is not None and swa.get("request_cap") is not None and budget - mm > 0:
+    if sizes.get("refused"):
+        issues.append("SGLang %s does not start with this at mem_fraction_static=%r: %s"
+                      % (o.sglang_version or "(newest)", f, sizes["refused"]))
+    elif tokens == 0 and swa is not None and swa.get("request_cap") is not None and budget - mm > 0:
         issues.append("SGLang %s does not start with this: the sliding-window pool's request cap (%d tokens for "
                       "max_running_requests %d) leaves no room for the full KV pool at mem_fraction_static=%r"
                       % (o.sglang_version or "(newest)", swa["request_cap"], o.max_running_requests, f))
@@ -231,7 +235,7 @@ class _PoolModel(object):
     (kv_cell), the multimodal reservation, and for a hybrid linear-attention model its state pool, carved first."""
 
     def __init__(self, shape, p, a, o):
-        self.p, self.a = p, a
+        self.p, self.a, self.o = p, a, o
         self.cell, self.plan = cell_and_plan(shape, o.tp_size, o.dp_size, o.enable_dp_attention, o.kv_cache_dtype,
                                              o.sglang_version, o.speculative_algorithm, o.draft_layers,
                                              o.swa_full_tokens_ratio, o.dsa_kv_layout)
@@ -264,11 +268,25 @@ class _PoolModel(object):
     def sizes_at(self, frac):
         rest = self.a - self.p * (1 - frac) - self.mm
         if self.per_request is None:
-            return pool_sizes(rest, self.cell, **self.pool_args)
+            return self._admits(pool_sizes(rest, self.cell, **self.pool_args))
         slots, state_gib = state_slots(rest, self.per_request, **self.state_args)
         sizes = pool_sizes(rest - state_gib if slots > 0 else 0.0, self.cell, **self.pool_args)
         sizes.update(mamba_cache_size=slots, mamba_state_gib=state_gib)
         return sizes
+
+    def _admits(self, sizes):
+        """From 0.5.16 HybridSWAPoolConfigurator (validate_swa_pool_size from 0.5.20) refuses to start when the
+        ratio-split SWA pool holds no more than window + page tokens (one request's prefill floor): no pool at all."""
+        swa, window = self.swa, gpt_oss_window(self.shape)
+        if swa is None or not swa["full_layers"] or swa.get("request_cap") is not None or window is None \
+                or not since(self.o.sglang_version, V_SWA_MIN_POOL) or not sizes["max_total_num_tokens"]:
+            return sizes
+        if window + self.o.page_size < sizes["swa_max_total_num_tokens"]:
+            return sizes
+        return dict(sizes, max_total_num_tokens=0, swa_max_total_num_tokens=0,
+                    refused="the sliding-window pool (%d tokens) cannot hold one request: the prefill floor is the "
+                            "window (%d) + page_size (%d)" % (sizes["swa_max_total_num_tokens"], window,
+                                                               self.o.page_size))
 
 
 _ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")   # environ.py EnvBool
@@ -315,6 +333,14 @@ def _refuse_where_sglang_does(shape, swa, o):
         raise KvModelError("SGLang %s does not start with this: %s" % (version, why))
 
 
+def gpt_oss_window(shape):
+    """The attention window SGLang gives a gpt-oss model (get_attention_sliding_window_size: sliding_window - 1);
+    None for other models, whose window rules are not modelled."""
+    if shape.architecture != "GptOssForCausalLM" or not checks.is_integer(shape.sliding_window):
+        return None
+    return shape.sliding_window - 1
+
+
 SWA_EVICTION_INTERVAL = 128   # SGLANG_SWA_EVICTION_INTERVAL's default (environ.py, 0.5.14 - 0.5.23)
 
 
@@ -336,11 +362,11 @@ def swa_request_cap(shape, swa, o):
     if o.speculative_algorithm:
         raise KvModelError("speculative decoding with the sliding-window request cap (disable_radix_cache and "
                            "max_running_requests) is not modelled: the draft's tokens change the cap")
-    if shape.architecture != "GptOssForCausalLM" or not checks.is_integer(shape.sliding_window):
+    window = gpt_oss_window(shape)
+    if window is None:
         raise KvModelError("the sliding-window request cap (disable_radix_cache and max_running_requests) is "
                            "modelled for gpt-oss only (its window is config.json's sliding_window - 1), not %s"
                            % shape.architecture)
-    window = shape.sliding_window - 1
     dp = o.dp_size if o.enable_dp_attention else 1
     requests = o.max_running_requests // dp
     if since(o.sglang_version, V_SWA_CAP_ONE_REQUEST):

@@ -91,6 +91,7 @@ V_SPEC_ADDITIVE = (0, 5, 22)      # cell += int(cell * D / L) instead of int(cel
 V_SWA_REQUEST_CAP = (0, 5, 14)    # radix cache off + max_running_requests: the SWA pool from a request cap
 V_SWA_CAP_NEEDS_CHUNK = (0, 5, 21)  # ... only with chunked_prefill_size > 0 (0.5.14 - 0.5.20: any)
 V_SWA_CAP_ONE_REQUEST = (0, 5, 23)  # ... at least one request per attention-DP rank
+V_SWA_MIN_POOL = (0, 5, 16)      # an SWA pool <= window + page refuses to start (validate_swa_pool_size)
 V_POST_CAPTURE_SIZING = (0, 5, 16)  # SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: the pool sized after graph capture
 V_POST_CAPTURE_MODEL_ON = (0, 5, 23)  # ... on by default for these model classes (muse_spark_hook.py)
 POST_CAPTURE_SIZING_MODELS = ("MuseSparkForConditionalGeneration",)

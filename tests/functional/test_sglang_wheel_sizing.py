@@ -181,6 +181,20 @@ def test_swa_request_cap_matches_sglang(version, page, requests, extra):
     assert collection_pools(version, page, 0.85, **kw) == expected
 
 
+# A budget of `full` tokens: the SWA pool is 0.8 of it, refused from 0.5.16 when <= window (127) + page.
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.15", "0.5.16", "0.5.23"])
+@pytest.mark.parametrize("full", [150, 160, 170])
+def test_an_swa_pool_below_one_request_matches_sglang(version, full):
+    f = 1 - (A - full * (2048 * 18 + 0.8 * 2048 * 18) / GIB) / P
+    try:
+        expected = sglang_pools(version, 1, f)
+    except ValueError as exc:   # "SWA pool (N tokens) cannot hold even one request"
+        r = capacity(GPT_OSS_LIKE, f, P, A, sglang_version=version)
+        assert r["max_total_num_tokens"] == 0 and "does not start with this" in r["issues"][0], (exc, r)
+        return
+    assert collection_pools(version, 1, f) == expected
+
+
 def _post_capture_planned(version, env_on, mla):
     """post_capture_kv_sizing_planned of arg_groups/overrides.py (0.5.20+) for a CUDA server with graphs and prefill
     capture on; the prefill-buffer ceiling registry is left out (identity: no model registers one here)."""

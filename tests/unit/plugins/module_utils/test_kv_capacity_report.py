@@ -240,6 +240,21 @@ def test_no_swa_pool_where_the_release_builds_none(version, tokens):
     assert (r["max_total_num_tokens"], r["swa_max_total_num_tokens"]) == (tokens, None)
 
 
+# From 0.5.16 the configurator refuses an SWA pool of no more than window + page tokens ("SWA pool (128 tokens)
+# cannot hold even one request"), executed from the wheels 0.5.15, 0.5.16, 0.5.23 (tests/functional/
+# test_sglang_wheel_sizing.py): a budget of `full` tokens of the F*18 + 0.8*S*18 cell, gpt-oss window 127, page 1.
+@pytest.mark.parametrize("version,full,expected", [
+    ("0.5.15", 160, (160, 128)), ("0.5.16", 160, (0, 0)), ("0.5.23", 150, (0, 0)), ("0.5.23", 170, (170, 136)),
+])
+def test_an_swa_pool_below_one_request_does_not_start(version, full, expected):
+    f = 1 - (66.0 - full * (2048 * 18 + 0.8 * 2048 * 18) / GIB) / 78.9
+    r = capacity(GPT_OSS_LIKE, f, 78.9, 66.0, sglang_version=version)
+    assert (r["max_total_num_tokens"], r["swa_max_total_num_tokens"]) == expected
+    if expected[0] == 0:
+        assert r["issues"][0].startswith("SGLang %s does not start with this at mem_fraction_static=" % version)
+        assert "cannot hold one request" in r["issues"][0]
+
+
 def test_gemma3_is_hybrid_only_for_classic():
     gemma3 = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": 12,
               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 512,
