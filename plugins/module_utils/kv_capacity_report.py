@@ -283,10 +283,9 @@ class _PoolModel(object):
             return sizes
         if window + self.o.page_size < sizes["swa_max_total_num_tokens"]:
             return sizes
-        return dict(sizes, max_total_num_tokens=0, swa_max_total_num_tokens=0,
-                    refused="the sliding-window pool (%d tokens) cannot hold one request: the prefill floor is the "
-                            "window (%d) + page_size (%d)" % (sizes["swa_max_total_num_tokens"], window,
-                                                               self.o.page_size))
+        why = ("the sliding-window pool (%d tokens) cannot hold one request: the prefill floor is the window (%d) + "
+               "page_size (%d)" % (sizes["swa_max_total_num_tokens"], window, self.o.page_size))
+        return dict(sizes, max_total_num_tokens=0, swa_max_total_num_tokens=0, refused=why)
 
 
 _ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")   # environ.py EnvBool

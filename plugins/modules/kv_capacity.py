@@ -661,7 +661,8 @@ def main():
             free_after_start_gib=params["free_after_start_gib"], safety_margin_gib=params["safety_margin_gib"],
             hicache_ratio=params["hicache_ratio"], hicache_size_gb=params["hicache_size_gb"],
             mamba_ssm_dtype=inputs["mamba_ssm_dtype"], mamba_full_memory_ratio=inputs["mamba_full_memory_ratio"],
-            max_mamba_cache_size=inputs["max_mamba_cache_size"], disable_radix_cache=bool(inputs["disable_radix_cache"]),
+            max_mamba_cache_size=inputs["max_mamba_cache_size"],
+            disable_radix_cache=bool(inputs["disable_radix_cache"]),
             chunked_prefill_size=inputs["chunked_prefill_size"],
             disable_overlap_schedule=bool(inputs["disable_overlap_schedule"]), environment=params["environment"])
     except KvModelError as exc:
