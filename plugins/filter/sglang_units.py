@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 from ansible_collections.llmserve.sglang.plugins.module_utils.service_units import (
     ServiceUnitsError,
+    api_key_exposure,
     compose,
     unit_names,
 )
@@ -35,6 +36,12 @@ def sglang_service_unit_names(instances, name="sglang"):
         raise AnsibleFilterError("sglang_service_unit_names: %s" % exc) from exc
 
 
+def sglang_service_api_key_exposure(mounts, api_key_set):
+    """The warning when local users can read the API key from the server's command line, else ""."""
+    return api_key_exposure(plain(mounts), bool(api_key_set))
+
+
 class FilterModule:
     def filters(self):
-        return {"sglang_service_units": sglang_service_units, "sglang_service_unit_names": sglang_service_unit_names}
+        return {"sglang_service_units": sglang_service_units, "sglang_service_unit_names": sglang_service_unit_names,
+                "sglang_service_api_key_exposure": sglang_service_api_key_exposure}

@@ -198,3 +198,34 @@ def compose(server_args=None, instances=None, name="sglang", env_dir="/etc/sglan
             "environment": env,
         })
     return units
+
+
+# hidepid values (numeric and, since Linux 5.8, named) under which other users cannot read /proc/<pid>/cmdline.
+_HIDING = ("1", "2", "4", "noaccess", "invisible", "ptraceable")
+
+
+def api_key_exposure(mounts, api_key_set):
+    """The warning for the operator when the API key (on the server's command line: SGLang reads it from no
+    environment variable) can be read by every local user from /proc/<pid>/cmdline, else "". ``mounts`` is the text
+    of /proc/self/mounts on the host; the last proc mount on /proc is the one users see."""
+    if not api_key_set:
+        return ""
+    options = None
+    for line in (mounts or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[1] == "/proc" and fields[2] == "proc":
+            options = dict((item.split("=", 1) + [""])[:2] for item in fields[3].split(","))
+    fix = ("mount /proc with hidepid=invisible (hidepid=2; fstab: 'proc /proc proc defaults,hidepid=2 0 0', then "
+           "'mount -o remount /proc'); README.md, Security")
+    if options is None:
+        return ("sglang_service_api_key is set and no /proc mount was found to check: the key is on the server's "
+                "command line, readable by every local user unless /proc hides other users' processes; " + fix)
+    if options.get("hidepid") not in _HIDING:
+        return ("sglang_service_api_key is set and /proc is mounted without hidepid (%s): every local user can read "
+                "the key from the server's command line (/proc/<pid>/cmdline, ps); %s"
+                % ("hidepid=" + options["hidepid"] if "hidepid" in options else "no hidepid option", fix))
+    if options.get("gid"):
+        return ("sglang_service_api_key is set: /proc hides other users' processes (hidepid=%s), except from the "
+                "members of group %s, who can read the key from the server's command line"
+                % (options["hidepid"], options["gid"]))
+    return ""

@@ -206,3 +206,38 @@ def test_unit_names_are_those_compose_renders():
     assert su.unit_names([], "llm") == ["llm.service"]
     with pytest.raises(su.ServiceUnitsError, match="given twice"):
         su.unit_names([{"name": "a"}, {"name": "a"}])
+
+
+# --- the API key on the command line (issue 18) -------------------------------------------------------------------
+
+SYSFS = "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0\n"
+
+
+@pytest.mark.parametrize("mounts, api_key_set, expected", [
+    (SYSFS + "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n", True, "mounted without hidepid (no hidepid"),
+    ("proc /proc proc rw,relatime,hidepid=0 0 0\n", True, "mounted without hidepid (hidepid=0)"),
+    ("proc /proc proc rw,relatime,hidepid=off 0 0\n", True, "mounted without hidepid (hidepid=off)"),
+    ("proc /proc proc rw,relatime,hidepid=2 0 0\n", True, ""),
+    ("proc /proc proc rw,relatime,hidepid=invisible 0 0\n", True, ""),
+    ("proc /proc proc rw,relatime,hidepid=1 0 0\n", True, ""),
+    ("proc /proc proc rw,relatime,hidepid=ptraceable 0 0\n", True, ""),
+    ("proc /proc proc rw,relatime,hidepid=2,gid=27 0 0\n", True, "except from the members of group 27"),
+    # the last proc mount on /proc is what users see; one elsewhere (a container's) does not count
+    ("proc /proc proc rw,hidepid=2 0 0\nproc /proc proc rw,relatime 0 0\n", True, "mounted without hidepid"),
+    ("proc /proc proc rw 0 0\nproc /proc proc rw,hidepid=2 0 0\n", True, ""),
+    ("proc /srv/c/proc proc rw,hidepid=2 0 0\nproc /proc proc rw 0 0\n", True, "mounted without hidepid"),
+    (SYSFS, True, "no /proc mount was found to check"),
+    ("", True, "no /proc mount was found to check"),
+    ("proc /proc proc rw,relatime 0 0\n", False, ""),
+])
+def test_api_key_exposure(mounts, api_key_set, expected):
+    warning = su.api_key_exposure(mounts, api_key_set)
+    if expected:
+        assert expected in warning and "sglang_service_api_key is set" in warning
+    else:
+        assert warning == ""
+
+
+def test_the_warning_names_the_mitigation():
+    warning = su.api_key_exposure("proc /proc proc rw 0 0\n", True)
+    assert "hidepid=2" in warning and "/proc/<pid>/cmdline" in warning
