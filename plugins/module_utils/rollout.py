@@ -98,7 +98,7 @@ def input_problems(values, regular_files=frozenset(), playbook_dir="."):
         bad("nvidia_driver_branch", "must be a driver branch such as '580' (got %r)" % (values["nvidia_driver_branch"],))
     version = str(values.get("nvidia_driver_version") or "")
     if version and not (re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?", version)
-                        and (not branch or version.split(".")[0] == branch)):
+                        and (not branch or version.split(".", maxsplit=1)[0] == branch)):
         bad("nvidia_driver_version", "must be empty or an upstream version of the driver branch such as 580.105.08 "
             "(got %r)" % (version,))
     if "rollout_serial" in values:

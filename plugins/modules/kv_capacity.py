@@ -44,9 +44,9 @@ options:
         that holds one (a Hugging Face cache directory C(models--org--name) with a single snapshot works too), or
         the configuration itself as a dictionary.
       - Multimodal models are followed into C(text_config), C(language_config), C(llm_config) or C(thinker_config).
-      - Paths are read on the managed host, and only a regular file, of at most 16 MiB, is read: a FIFO or a device is
+      - Paths are read on the managed host, and only a regular file of at most 16 MiB is read. A FIFO or a device is
         refused without blocking, and the kernel follows no symlink (each one is resolved a component at a time).
-        With O(unit), as that unit's C(User=) could read it (docs/DESIGN.md, "Trust").
+        With O(unit), only what that unit's C(User=) could read (docs/DESIGN.md, "Trust").
     type: raw
     required: true
   unit:

@@ -107,7 +107,7 @@ def test_a_fifo_is_refused_without_blocking(root_dir, reader, in_child):
     path = os.path.join(root_dir if reader == "trusted" else _model(root_dir), "config.json")
     os.mkfifo(path, 0o644)
     read = {"as_user": lambda p: host_files.read_as_user(p, USER, {USER}),
-            "walking": lambda p: host_files.read_walking(p), "trusted": lambda p: host_files.read_trusted(p)}[reader]
+            "walking": host_files.read_walking, "trusted": host_files.read_trusted}[reader]
     outcome, message = in_child(5, lambda p: read(p)[0], path)
     assert outcome == "error" and "is not a regular file" in message, (outcome, message)
 
