@@ -139,7 +139,8 @@ def test_the_vaulted_variables_are_no_log():
     for spec in REPO.glob("roles/*/meta/argument_specs.yml"):
         for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
             no_log.update({name: option.get("no_log") for name, option in entry.get("options", {}).items()})
-    for name in ("sglang_hf_token", "sglang_service_hf_token", "sglang_service_api_key", "kv_tune_api_key"):
+    for name in ("sglang_hf_token", "sglang_service_hf_token", "sglang_service_api_key", "kv_tune_api_key",
+                 "rollout_api_key"):
         assert no_log[name] is True, name
 
 

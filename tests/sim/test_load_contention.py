@@ -138,7 +138,9 @@ def test_server_logs_the_neighbour_in_mem_usage_and_sizes_smaller_pools(make_sim
         if "Load weight begin" in server.log:
             gpu = probe_nvidia_smi(sim.smi_runner())["gpus"][0]
             neighbours = [process for process in gpu["compute_processes"] if process["pid"] == NEIGHBOUR_PID]
-            if neighbours:
+            # The probe is three nvidia-smi queries, each of its own moment: the process list may show the
+            # neighbour before the memory query counts it; the next poll sees both.
+            if neighbours and gpu["memory_used_bytes"] >= 30000 * MIB + 520 * MIB:
                 seen = gpu, neighbours[0]
                 assert "Load weight end" not in server.log
         time.sleep(0.1)
