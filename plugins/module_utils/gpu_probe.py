@@ -470,9 +470,10 @@ MEMORY_FIELDS = ("index", "memory.total", "memory.used", "memory.free")
 def free_memory_sampler(run_command=None, nvidia_smi: str | None = None, prefer: str = "auto", nvml=None,
                         which=shutil.which):
     """A probe for a loop that reads free memory many times a second (kv_stress, gpu_info's watch; every 0.1 s by
-    default): a function that returns the GPU dicts of :func:`probe`. Its first call is :func:`probe`'s; later calls ask the source that
-    answered for each GPU's index and memory only: NVML in-process as before, nvidia-smi with one ``--query-gpu``
-    instead of three commands (three process starts per sample keep a CPU core of the host busy in a 0.1 s loop)."""
+    default): a function that returns the GPU dicts of :func:`probe`. Its first call is :func:`probe`'s; later calls
+    ask the source that answered for each GPU's index and memory only: NVML in-process as before, nvidia-smi with
+    one ``--query-gpu`` instead of three commands (three process starts per sample keep a CPU core of the host busy
+    in a 0.1 s loop)."""
     found = {}
 
     def sample() -> list[dict]:

@@ -76,15 +76,14 @@ class NodeSteps(object):
     def _follow(self, info):
         """Node 1 and up: say whether this node's pin holds, then do what node 0 says, step by step, until done."""
         rank = self.node["node_rank"]
-        plan = plan_start(info, self.label, self.s["unit"], self.s["force"], True, self.run_id)
-        if info.get("revert_timers") and not info["trial_pending"]:
+        settle = plan_start(info, self.label, self.s["unit"], self.s["force"], False, self.run_id)
+        if settle["do"] == "disarm":
             # Its own stray timers, whatever node 0 has: they would restart this node later, and the server with it.
             yield from self._lock()
-            yield say("%s: revert timers of an earlier run are armed without a trial (%s): disarming them"
-                      % (self.label, ", ".join(info["revert_timers"])))
+            yield say("%s: %s" % (self.label, settle["why"]))
             yield from self._trial("disarmed")
             info = yield self._fingerprint()
-            plan = plan_start(info, self.label, self.s["unit"], self.s["force"], True, self.run_id)
+        plan = plan_start(info, self.label, self.s["unit"], self.s["force"], True, self.run_id)
         status = {"refuse": "refuse", "report": plan.get("status")}.get(plan["do"], "tune")
         boot = yield from self._boot()
         yield {"nodes": "hello", "message": {

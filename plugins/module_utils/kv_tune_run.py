@@ -129,18 +129,19 @@ class UnitRun(NodeSteps):
         """kv_trial on the unit, as this run (it renews, takes or releases the run's lock). On node 0 of a
         multi-node server every other node does the same first: one value on every node, restarted together."""
         together = self.ranks is not None and state not in _OWN_STATES
+        message = {"do": "kv_trial", "state": state, "text": text, "fact": fact}
         if together and state == "committed":
             # All nodes or none: every node stages the new pin first (a full disk or a read-only directory fails
             # here, while each node is still on its trial, which the failure reverts); then each one commits.
-            yield from self._tell({"do": "kv_trial", "state": "prepared", "text": text, "fact": fact})
+            yield from self._tell(dict(message, state="prepared"))
             yield from self._own_trial("prepared", text, fact)
         if together and state != "reverted":
-            yield from self._tell({"do": "kv_trial", "state": state, "text": text, "fact": fact})
+            yield from self._tell(message)
         result = yield from self._own_trial(state, text, fact, may_fail)
         if together and state == "reverted":
             # This node is back on its last-known-good value before any word to the others, which may not come
             # (the controller killed, the link down): each of them reverts by itself then.
-            yield from self._tell({"do": "kv_trial", "state": state, "text": text, "fact": fact})
+            yield from self._tell(message)
         return result
 
     def _own_trial(self, state, text=None, fact=None, may_fail=False):
