@@ -48,6 +48,7 @@ ARGUMENT_SPEC = dict(
     strategy=dict(type="str", default="per_host", choices=list(STRATEGIES)),
     class_margin_steps=dict(type="int", default=1),
     class_plan=dict(type="dict"),
+    run_id=dict(type="str"),
 )
 # States of kv_trial that may still run once ansible-playbook is gone: they put the host back and let go.
 _CLEAN_UP = ("reverted", "unlocked")
@@ -111,10 +112,11 @@ class ActionModule(ActionBase):
         """One unit's run, with what must be undone whatever happens: an armed trial reverted at once (on every
         node), the lock released, the other nodes of its server released."""
         host = self._vars.get("inventory_hostname", "?")
+        held = step["args"].get("run_id")   # rollout.yml's: it holds the lock from before its upgrade
         run = kv_tune_run.UnitRun(
-            host, step["label"], step["args"], self._task.check_mode, uuid.uuid4().hex[:8],
+            host, step["label"], step["args"], self._task.check_mode, held or uuid.uuid4().hex[:8],
             "%s pid %d" % (socket.gethostname(), self._controller), _now, info=step["info"],
-            neighbours=step["neighbours"], tuned=step["tuned"], outcome_of=self._outcome_of)
+            neighbours=step["neighbours"], tuned=step["tuned"], outcome_of=self._outcome_of, lock_held=bool(held))
         self._armed, self._node_link = False, None
         try:
             result = self._drive(run.steps(), run)

@@ -127,8 +127,8 @@ def lock_holder(text, now, run_id=None):
 
 
 def lock_message(unit, lock, path):
-    return ("%s is being tuned by run %s from %s (lock %s, renewed at %s, until %s UTC): nothing was done. If that "
-            "run is gone, its host reverts any trial by itself; wait until then, or remove the lock."
+    return ("%s is held by run %s from %s (a tune, or rollout.yml; lock %s, renewed at %s, until %s UTC): nothing "
+            "was done. If that run is gone, its host reverts any trial by itself; wait until then, or remove the lock."
             % (unit, lock.get("run_id"), lock.get("controller"), path, _utc(lock.get("renewed")),
                _utc(lock.get("expires"))))
 

@@ -77,10 +77,11 @@ class UnitRun(NodeSteps):
     unit; ``info`` its kv_fingerprint result when the caller has it; ``neighbours`` unit -> kv_fingerprint of the
     host's other units that share its GPUs; ``tuned`` unit -> result of the host's units tuned before it;
     ``outcome_of(host)`` what another host's kv_tune registered (a class's canary), None when it has nothing;
-    ``clock()`` the time as the reports write it."""
+    ``clock()`` the time as the reports write it; ``lock_held``: ``run_id`` is a caller's that holds the unit's lock
+    already (rollout.yml), which this run renews but does not release."""
 
     def __init__(self, host, label, args, check_mode, run_id, controller, clock, info=None, neighbours=None,
-                 tuned=None, outcome_of=None):
+                 tuned=None, outcome_of=None, lock_held=False):
         self.host, self.label, self.args = host, label, args
         self.check_mode, self.run_id, self.controller, self.clock = check_mode, run_id, controller, clock
         self.info = info
@@ -96,6 +97,7 @@ class UnitRun(NodeSteps):
         self.ranks = None       # node 0 once the others joined: their ranks
         self.boots = None       # node 0: the others' startup facts as they joined
         self.locked = False     # this run holds the unit's lock (the action releases it whatever happens)
+        self.lock_held = lock_held  # the caller (rollout.yml) holds the lock as run_id, and releases it itself
         self.changed = False
 
     # -- module calls --------------------------------------------------------------------------------------------
@@ -170,6 +172,8 @@ class UnitRun(NodeSteps):
         return (yield from self._trial("reverted"))
 
     def unlock(self):
+        if self.lock_held:
+            return None     # the caller's: it is still upgrading the host, and lets go when it is done
         return (yield from self._trial("unlocked"))
 
     def leads(self):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_search
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_pin, kv_search
 
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9_.@-]+\.service$")
 
@@ -98,6 +98,12 @@ def check_settings(raw):
     need(0 <= settings["class_margin_steps"] <= 20,
          "kv_tune_class_margin_steps must be a whole number of grid steps in [0, 20] (got %s)."
          % raw.get("class_margin_steps"))
+    settings["run_id"] = raw.get("run_id")
+    if settings["run_id"] is not None:
+        try:
+            kv_pin.check_run_id(settings["run_id"])
+        except kv_pin.PinError as exc:
+            need(False, "kv_tune_run_id: %s (the run of rollout.yml that holds the unit's lock)." % exc)
     return settings
 
 

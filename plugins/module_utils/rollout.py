@@ -4,7 +4,9 @@
 """The rollout's decisions (playbooks/rollout.yml, role rollout): what a failure in a phase means for the host, what
 the host ended on, and the fleet summary. Pure: the role's tasks observe and execute, these functions decide.
 
-A host goes through the phases in order: ``gate_before`` (a real generation before anything changes), ``drain`` (the
+A host goes through the phases in order: ``lock`` (the unit's tuning lock, so that no tune runs while the host is
+upgraded, and the rollout does not start on a unit being tuned), ``gate_before`` (a real generation before anything
+changes), ``drain`` (the
 user's hook), ``upgrade`` (the roles of site.yml), ``gate_after`` (a real generation from the upgraded server),
 ``retune`` (the kv_tune role), ``undrain`` (the user's hook), then ``done``.
 """
@@ -15,11 +17,12 @@ import re
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_tune_settings
 
-PHASES = ("gate_before", "drain", "upgrade", "gate_after", "retune", "undrain", "done")
+PHASES = ("lock", "gate_before", "drain", "upgrade", "gate_after", "retune", "undrain", "done")
 # Phases in which the host may already run something else than before: a failure there rolls SGLang back.
 CHANGED_PHASES = ("upgrade", "gate_after", "retune")
 SUMMARY_KEYS = ("host", "status", "phase", "before", "after", "retune", "error", "line")
 PHASE_TEXT = {
+    "lock": "taking the unit's tuning lock",
     "gate_before": "the health gate before the upgrade",
     "drain": "the drain hook",
     "upgrade": "the upgrade (nvidia_driver, sglang, sglang_service)",
@@ -48,7 +51,10 @@ HOOKS = ("rollout_drain_tasks", "rollout_undrain_tasks")
 # set takes its role's default, which is valid (the unit tests check the defaults).
 INPUTS = ("sglang_version", "nvidia_driver_branch", "nvidia_driver_version", "rollout_serial",
           "rollout_max_fail_percentage", "rollout_gate_timeout", "rollout_ready_timeout", "rollout_ready_interval",
-          "rollout_unit", "rollout_url", "rollout_retune") + HOOKS
+          "rollout_unit", "rollout_url", "rollout_retune", "rollout_lock_lease") + HOOKS
+# Seconds the rollout's lock on a unit lasts unless it is released (a controller that dies leaves it until then):
+# at least ten minutes, at most a day (the tuner's own bound for a trial's revert).
+LOCK_LEASE_S = (600, kv_tune_settings.BOUNDS["confirm_timeout"][1])
 
 
 def hook_path(path, playbook_dir):
@@ -108,7 +114,8 @@ def input_problems(values, regular_files=frozenset(), playbook_dir="."):
     for name, kind, low, high in (("rollout_max_fail_percentage", float, 0, 100),
                                   ("rollout_gate_timeout", int, 1, MAX_WAIT_S),
                                   ("rollout_ready_timeout", int, 1, MAX_WAIT_S),
-                                  ("rollout_ready_interval", int, 1, MAX_INTERVAL_S)):
+                                  ("rollout_ready_interval", int, 1, MAX_INTERVAL_S),
+                                  ("rollout_lock_lease", int) + LOCK_LEASE_S):
         if name in values:
             why = _number_problem(values[name], kind, low, high)
             if why:
@@ -202,7 +209,7 @@ def outcome(host, phase, before=None, after=None, failure=None, plan=None, rollb
     _check_phase(phase)
     was, now = _versions(before), _versions(after)
     if not (after or {}).get("fingerprint"):
-        now = dict(was) if phase in ("gate_before", "drain") else now
+        now = dict(was) if phase in ("lock", "gate_before", "drain") else now
     retune = retune or {}
     row = {"host": host, "phase": phase, "before": was, "after": now, "retune": retune.get("status"),
            "retune_why": retune.get("why")}
@@ -231,6 +238,9 @@ def outcome(host, phase, before=None, after=None, failure=None, plan=None, rollb
             status = "rollback_failed"
             end = "rolled back to SGLang %s, but it does not answer a real generation (%s); the host is NOT serving" \
                   % (plan["version"], (gate or {}).get("reason") or "not checked")
+    elif phase == "lock":
+        status = "not_upgraded"
+        end = "nothing was changed: another run holds the unit"
     elif phase == "gate_before":
         status = "not_upgraded"
         end = "nothing was changed: it did not serve before the upgrade"

@@ -132,6 +132,13 @@ options:
     description: This host's units' parts in their classes (unit -> the P(llmserve.sglang.kv_tune_class_plan#filter)
       entry); the canary's value is read from its registered C(kv_tune_outcome).
     type: dict
+  run_id:
+    description:
+      - The run (8 lower-case hex digits) that holds the units' tuning locks already (C(playbooks/rollout.yml) takes
+        them before it drains a host, so that no other tune starts during its upgrade). The tune runs as that run,
+        renews the locks and leaves them to it.
+      - Unset, the tune takes each unit's lock under a run of its own and releases it when it ends.
+    type: str
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.

@@ -6,23 +6,27 @@ SGLang 0.5.9 and tuned, upgraded to 0.5.10 with -e sglang_version=0.5.10: first 
 startup on the canary (the simulator's crash_at_startup fault, for servers of 0.5.10 only), then without it.
 
 A fake load balancer on the controller (an HTTP server in this process) records the example drain/undrain hooks'
-calls. The tests run in file order and build on each other's state.
+calls. The tests run in file order and build on each other's state. The last one runs a rollout and a tune of the
+canary's unit at once, each way round: whichever came first holds the tuner's lock, and the other stops.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from simhost_lib import REPO, deployed, invocation, play, set_faults, ssh, tune
+from simhost_lib import REPO, controller, deployed, invocation, play, set_faults, ssh, tune, wait_for
 
 PREFIX = "simroll"
 PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b"}
 CANARY = f"{PREFIX}1"
 HOOKS = REPO / "playbooks" / "rollout_hooks"
+LOCK = "/run/llmserve/kv-tune-sglang.service.lock"
 
 
 class LoadBalancer(ThreadingHTTPServer):
@@ -140,3 +144,49 @@ def test_a_second_rollout_changes_nothing(fleet, tmp_path, lb):
     assert sum(run.stats.get("changed", {}).get(host, 0) for host in PROFILES) == 0, run.stats
     assert {host: invocation(host) for host in PROFILES} == started
     assert {row["status"] for row in summary(tmp_path).values()} == {"unchanged"}
+
+
+def locked(host: str) -> bool:
+    return ssh(host, "test -e %s && echo yes || true" % LOCK).strip() == "yes"
+
+
+def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb):
+    # A search of the canary in progress (forced; two trials of 40 s loads hold the lock long enough for the
+    # rollout to reach it): the rollout leaves that host as it is.
+    (tmp_path / "tune").mkdir()
+    tuning = controller(fleet, tmp_path / "tune", kv_tune_hosts=CANARY, kv_tune_force=True, kv_tune_budget=2,
+                        kv_tune_stress_duration=40)
+    try:
+        assert wait_for(lambda: locked(CANARY), 180), (tmp_path / "tune" / "controller.log").read_text()[-5000:]
+        run = rollout(fleet, tmp_path / "during-tune", lb, sglang_version="0.5.10", rollout_hosts=CANARY)
+        assert run.status == "failed", run.stdout[-8000:]
+        assert lb.calls == [], lb.calls   # never drained
+        row = summary(tmp_path / "during-tune")[CANARY]
+        assert (row["status"], row["phase"]) == ("not_upgraded", "lock"), row
+        assert "is held by run" in run.stdout and "nothing was changed: another run holds the unit" in run.stdout
+        assert tuning.wait(900) == 0, (tmp_path / "tune" / "controller.log").read_text()[-5000:]
+    finally:
+        if tuning.poll() is None:
+            os.killpg(tuning.pid, signal.SIGTERM)
+    assert not locked(CANARY)
+
+    # A rollout in the canary's drain hook (it waits 30 s there): a tune of the unit refuses, naming the rollout,
+    # and restarts nothing; the rollout then goes on.
+    done = {}
+    rolling = threading.Thread(target=lambda: done.update(run=rollout(
+        fleet, tmp_path / "rollout", lb, sglang_version="0.5.10", rollout_hosts=CANARY, example_lb_drain_seconds=30)))
+    rolling.start()
+    try:
+        assert wait_for(lambda: (CANARY, "drain") in lb.calls, 180), lb.calls
+        assert locked(CANARY)
+        started = invocation(CANARY)
+        tuned = tune(fleet, tmp_path / "during-rollout", limit=CANARY, kv_tune_force=True)
+        assert tuned.status == "failed", tuned.stdout[-8000:]
+        assert "is held by run" in tuned.stdout and "from rollout.yml on" in tuned.stdout, tuned.stdout[-5000:]
+        assert invocation(CANARY) == started
+    finally:
+        rolling.join(600)
+    assert done["run"].status == "successful", done["run"].stdout[-8000:]
+    assert summary(tmp_path / "rollout")[CANARY]["status"] == "unchanged"
+    assert lb.calls[-2:] == [(CANARY, "drain"), (CANARY, "undrain")]
+    assert not locked(CANARY)

@@ -155,7 +155,7 @@ def test_a_second_run_on_a_unit_being_tuned_stops_before_any_restart(fleet, tmp_
         assert wait_for(lambda: trial_left(HOST), 120), "the first run started no trial"
         second = tune(fleet, tmp_path / "second", kv_tune_force=True)
         assert second.status == "failed", second.stdout[-4000:]
-        assert "is being tuned by run" in second.stdout
+        assert "is held by run" in second.stdout
         assert first.wait(600) == 0, (tmp_path / "controller.log").read_text()[-4000:]
     finally:
         if first.poll() is None:

@@ -47,6 +47,7 @@ class Host(object):
     def __init__(self, script):
         self.script = [(list(entry) + [None])[:2] if isinstance(entry, list) else [entry, None] for entry in script]
         self.calls = []
+        self.run_ids = set()    # the runs the unit's own kv_trial calls were made as
 
     def answer(self, what, args=None):
         self.calls.append(what)
@@ -67,6 +68,7 @@ class Host(object):
         name = module_name.rsplit(".", 1)[-1]
         what = name
         if name == "kv_trial" and "run_id" in module_args:
+            self.run_ids.add(module_args["run_id"])
             what = " ".join([name, module_args["state"]] + ([module_args["value"]] if "value" in module_args else []))
         elif name == "kv_trial":   # a neighbour's, restarted on its own value
             what = "kv_trial %s of %s" % (module_args["state"], module_args["unit"])
@@ -154,3 +156,5 @@ def test_kv_tune_action(case, monkeypatch):
         assert any(line in text for text in warned), "no warning says %r: %s" % (line, warned)
     if case.get("released") is not None:
         subset(case["released"], links[-1].released, "released")
+    if case.get("run_id") is not None:
+        assert host.run_ids == {case["run_id"]}

@@ -65,6 +65,7 @@ TASK_ARGS = {
     "main.yml": {
         "api_key": "{{ kv_tune_api_key | default(omit, true) }}",     # an empty key is no key
         "class_plan": "{{ kv_tune_class.units | default(omit) }}",    # this host's units' parts in their classes
+        "run_id": "{{ kv_tune_run_id | default(omit, true) }}",       # null: a run of its own
     },
     "probe.yml": {
         "api_key": "{{ kv_tune_api_key | default(omit, true) }}",
@@ -72,7 +73,8 @@ TASK_ARGS = {
 }
 # Action options the tasks do not pass: unit reaches the action as kv_tune_units' default; the probe runs before
 # the class plan exists.
-NOT_PASSED = {"main.yml": {"unit"}, "probe.yml": {"unit", "class_plan"}}
+# The probe runs in check mode: it takes no lock, so it runs as no caller's run.
+NOT_PASSED = {"main.yml": {"unit"}, "probe.yml": {"unit", "class_plan", "run_id"}}
 
 
 def load(path):

@@ -42,7 +42,7 @@ def test_lock_life():
     assert kv_pin.lock_holder(None, 0) == ("free", None)
     assert kv_pin.lock_holder("garbage", 0) == ("free", None)
     message = kv_pin.lock_message("sglang.service", json.loads(text), "/run/llmserve/x.lock")
-    assert "is being tuned by run 1f2e3d4c from ops1 pid 7" in message and "1970-01-01T00:26:40" in message
+    assert "is held by run 1f2e3d4c from ops1 pid 7" in message and "1970-01-01T00:26:40" in message
 
 
 @pytest.mark.parametrize("run_id", ["1F2E3D4C", "1f2e3d4", "../x", None, 12345678])

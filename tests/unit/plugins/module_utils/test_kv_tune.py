@@ -350,7 +350,7 @@ def test_plan_start_before_anything_restarts(changes, expected):
     plan = kv_tune_start.plan_start(dict(INFO, **changes), "h1", "sglang.service")
     assert {key: plan.get(key) for key in expected} == expected, plan
     if "lock" in changes and plan["do"] == "refuse":
-        assert "is being tuned by run 1f2e3d4c from ops1 pid 7" in plan["msg"]
+        assert "is held by run 1f2e3d4c from ops1 pid 7" in plan["msg"]
     if "pin_error" in changes:
         assert plan["why"].startswith("the pin of sglang.service")
 

@@ -23,6 +23,7 @@ FAILURE = {"task": "Sglang service | Fail with the journal and the classified fa
 
 
 @pytest.mark.parametrize("phase, roll_back, undrain", [
+    ("lock", False, False),
     ("gate_before", False, False),
     ("drain", False, True),
     ("upgrade", True, True),
@@ -95,6 +96,19 @@ def test_failures_before_the_upgrade_and_in_the_undrain_hook():
     assert row["status"] == "undrain_failed" and "upgraded to SGLang 0.5.10" in row["msg"] and "drained" in row["msg"]
 
 
+def test_a_unit_another_run_holds_is_left_as_it_is():
+    """The tuning lock is taken before the gate: a unit that a tune holds is neither gated, drained nor changed."""
+    plan = rollout.rescue_plan("lock", None)
+    assert not (plan["roll_back"] or plan["undrain"] or plan["gate"] or plan["no_record"])
+    row = rollout.outcome("gpu1", "lock", None, AFTER, plan=plan, failure={
+        "task": "Rollout | Take the unit's tuning lock", "msg": "sglang.service is held by run 1f2e3d4c from ops1 pid 7"})
+    assert row["status"] == "not_upgraded" and row["failed"]
+    assert row["msg"] == ("gpu1: taking the unit's tuning lock failed (task 'Rollout | Take the unit's tuning lock'): "
+                          "sglang.service is held by run 1f2e3d4c from ops1 pid 7; nothing was changed: another run "
+                          "holds the unit.")
+    assert row["after"]["sglang"] == "0.5.10"
+
+
 def test_no_recorded_version_says_so():
     row = rollout.outcome("gpu1", "upgrade", None, AFTER, failure=FAILURE, plan=rollout.rescue_plan("upgrade", None))
     assert row["status"] == "rollback_failed" and "no SGLang version was recorded" in row["msg"]
@@ -153,6 +167,8 @@ def test_a_pep_440_version_is_accepted(version):
     ({"rollout_unit": "sglang; reboot"}, "rollout_unit must be a systemd service name"),
     ({"rollout_url": "127.0.0.1:30000"}, "rollout_url must be an http:// or https:// URL"),
     ({"rollout_retune": "maybe"}, "rollout_retune must be true or false (got 'maybe')"),
+    ({"rollout_lock_lease": 60}, "rollout_lock_lease must lie in [600, 86400] (got 60)"),
+    ({"rollout_lock_lease": "1e9"}, "rollout_lock_lease must lie in [600, 86400]"),
     ({"rollout_drain_tasks": "/srv/hooks/missing.yml"},
      "rollout_drain_tasks must be empty or a task file on the controller, absolute or relative to the playbook: "
      "/srv/hooks/missing.yml is not a regular file"),
