@@ -82,7 +82,8 @@ class ActionModule(ActionBase):
         # that outlived its controller would go on restarting servers that nobody watches.
         self._controller = os.getppid()
         try:
-            return self._drive(kv_tune_run.host_steps(self._vars.get("inventory_hostname", "?"), args))
+            host = self._vars.get("inventory_hostname", "?")
+            return self._drive(kv_tune_run.host_steps(host, args, self._task.check_mode))
         except _EXPECTED as exc:
             return {"failed": True, "changed": False, "msg": str(exc)}
         finally:

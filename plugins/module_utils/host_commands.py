@@ -13,8 +13,33 @@ class SystemctlError(RuntimeError):
 
 
 def parse_show(text):
-    """`systemctl show` output (KEY=VALUE lines) as a dict."""
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    """`systemctl show` output (KEY=VALUE lines) as a dict; a property that systemd prints once per entry
+    (EnvironmentFiles=) keeps every entry, one per line."""
+    out = {}
+    for line in text.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            out[key] = out[key] + "\n" + value if key in out else value
+    return out
+
+
+def environment_files(value):
+    """The paths of a unit's EnvironmentFiles property (``/etc/sglang/a.env (ignore_errors=no)``, one per line)."""
+    return [line.rsplit(" (ignore_errors=", 1)[0] for line in (value or "").splitlines() if line.strip()]
+
+
+def environment_variable(text, name):
+    """The value an EnvironmentFile (``text``) gives ``name``, as systemd reads it (KEY=VALUE lines, ``#`` and ``;``
+    comments, one pair of quotes around the value, the last assignment wins); None when it does not set it."""
+    found = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        key, value = (part.strip() for part in line.split("=", 1))
+        if key == name:
+            found = value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
+    return found
 
 
 def unit_properties(module, unit, names):

@@ -42,9 +42,18 @@ def fingerprint_args(args, unit=None):
     return {"unit": unit or args["unit"], "model_revision": args["model_revision"], "require_running": False}
 
 
-def host_steps(host, args):
+def ready_call(args, unit, url, invocation_id=None, may_fail=False):
+    """sglang_ready on ``unit`` (answering at ``url``) with the run's timeout and interval."""
+    return call("sglang_ready", {
+        "url": url, "unit": unit, "api_key": args["api_key"], "timeout": args["ready_timeout"],
+        "interval": args["ready_interval"], "invocation_id": invocation_id}, may_fail=may_fail)
+
+
+def host_steps(host, args, check_mode=False):
     """Every unit of the host in turn (kv_tune_units), each with its own lock, trials, pin and report; units that
-    share GPUs know each other, so that each is loaded with its neighbours and they serve together afterwards."""
+    share GPUs (as each is configured, running or not) know each other, so that each is loaded with its neighbours
+    and they serve together afterwards. A neighbour that is down is started on its last-known-good value before a
+    unit's run, or that unit is not tuned: a search without it would take the memory it needs to start again."""
     args = with_defaults(args)
     units = args["units"] or [args["unit"]]
     if len(units) == 1:
@@ -55,18 +64,76 @@ def host_steps(host, args):
     infos = {}
     for unit in units:
         infos[unit] = yield call("kv_fingerprint", fingerprint_args(args, unit))
-    sharing = neighbours({unit: unit_gpus(info.get("gpu_memory")) for unit, info in infos.items()})
+    sharing = neighbours({unit: held_gpus(info) for unit, info in infos.items()})
     tuned = {}
     for unit in units:
-        # A neighbour tuned before may have restarted this unit: ask it again.
+        label = target_label(host, unit)
+        # A neighbour tuned or started before may have restarted this unit: ask it again.
         restarted = any(tuned.get(other, {}).get("changed") for other in sharing[unit])
-        tuned[unit] = yield {"tune_unit": unit, "args": dict(args, unit=unit), "label": target_label(host, unit),
-                             "info": None if restarted else
-                             infos[unit], "neighbours": {other: infos[other] for other in sharing[unit]},
-                             "tuned": dict(tuned)}
+        started, why_not = False, None
+        for other in sharing[unit]:
+            if not infos[other].get("running") and why_not is None:
+                infos[other], why_not, tried = yield from _start_neighbour(args, label, unit, other, infos[other],
+                                                                           check_mode)
+                started = started or tried
+        if why_not is not None:
+            tuned[unit] = {"failed": True, "changed": started, "msg": why_not, "unit": unit, "label": label}
+            continue
+        restarted = restarted or started
+        tuned[unit] = yield {"tune_unit": unit, "args": dict(args, unit=unit), "label": label,
+                             "info": None if restarted else infos[unit],
+                             "neighbours": {other: infos[other] for other in sharing[unit]}, "tuned": dict(tuned)}
         if sharing[unit] and tuned[unit].get("changed"):
             infos[unit] = yield call("kv_fingerprint", fingerprint_args(args, unit))  # what its neighbours must find
     return combine_units(host, tuned)
+
+
+def _start_neighbour(args, label, unit, other, info, check_mode):
+    """``other`` shares the GPUs of ``unit`` and does not run: it is started on its last-known-good value, so that
+    every trial of ``unit`` meets its memory. (its kv_fingerprint now, None, whether it was restarted), or (info, why
+    ``unit`` is not tuned, whether it was restarted)."""
+    shared = "the same GPUs (%s)" % gpu_text(held_gpus(info)) if held_gpus(info) else "GPUs it cannot tell apart"
+    lock = info.get("lock") or {}
+    if lock.get("live") and lock.get("run_id") != args.get("run_id"):
+        return info, ("%s, which is given %s, is not running and is held by run %s from %s (a tune or rollout.yml "
+                      "of it): %s was not tuned, nothing was restarted" % (
+                          other, shared, lock.get("run_id"), lock.get("controller"), unit)), False
+    value = lkg_text(info)
+    if check_mode:
+        yield say("%s: %s, which is given %s, is not running: a run starts it on its last-known-good value %s "
+                  "before the search; check mode restarts nothing" % (label, other, shared, value))
+        return info, None, False
+    yield say("%s: %s, which is given %s, is not running: starting it on its last-known-good value %s before the "
+              "search" % (label, other, shared, value))
+    restarted = yield call("kv_trial", {"unit": other, "state": "reverted"}, may_fail=True)
+    ready = yield ready_call(args, other, info.get("url") or args["url"], restarted.get("invocation_id"),
+                             may_fail=True)
+    if restarted.get("failed") or not ready.get("ready"):
+        why = restarted.get("msg") or "%s: %s" % (ready.get("reason"), ready.get("detail"))
+        return info, ("%s, which is given %s, does not start on its last-known-good value %s (%s): %s was not tuned, "
+                      "as a search without it would take the memory it needs" % (other, shared, value, why, unit)), True
+    return (yield call("kv_fingerprint", fingerprint_args(args, other))), None, True
+
+
+def held_gpus(info):
+    """The GPUs a unit holds: those its configuration gives it, else those its processes use; None: unknown."""
+    return info.get("configured_gpus") or unit_gpus(info.get("gpu_memory"))
+
+
+def gpu_text(gpus):
+    """``0-7``, ``0-3``, ``0, 2, 5``: a list of GPU indices for a line."""
+    if gpus == list(range(gpus[0], gpus[-1] + 1)) and len(gpus) > 2:
+        return "%d-%d" % (gpus[0], gpus[-1])
+    return ", ".join(str(gpu) for gpu in gpus)
+
+
+def lkg_text(info):
+    """The last-known-good value of a unit that does not run: its pin, else what its unit file starts (unless a
+    trial drop-in says otherwise), else its base unit file's."""
+    value = (info.get("pin") or {}).get("mem_fraction_static")
+    if value is None and not info.get("trial_pending"):
+        value = info.get("mem_fraction_static")
+    return "(its base unit file's)" if value is None else str(value)
 
 
 class UnitRun(NodeSteps):
@@ -106,10 +173,7 @@ class UnitRun(NodeSteps):
         return call("kv_fingerprint", fingerprint_args(self.args, unit))
 
     def _ready(self, invocation_id=None, unit=None, url=None, may_fail=False):
-        return call("sglang_ready", {
-            "url": url or self.url, "unit": unit or self.args["unit"], "api_key": self.args["api_key"],
-            "timeout": self.args["ready_timeout"], "interval": self.args["ready_interval"],
-            "invocation_id": invocation_id}, may_fail=may_fail)
+        return ready_call(self.args, unit or self.args["unit"], url or self.url, invocation_id, may_fail)
 
     def _load(self):
         """kv_stress with every neighbour loaded at the same time; a module failure is a load that did not hold."""
@@ -199,10 +263,10 @@ class UnitRun(NodeSteps):
         # Several servers on one host answer on their own ports, on their own GPUs; the neighbours' GPUs count too:
         # their memory is what the pair has left.
         self.url = info.get("url") or self.url
-        self.gpus = unit_gpus(info.get("gpu_memory"))
+        self.gpus = held_gpus(info)
         if self.gpus is not None:
             for found in self.neighbours.values():
-                self.gpus = sorted(set(self.gpus) | set(unit_gpus(found.get("gpu_memory")) or []))
+                self.gpus = sorted(set(self.gpus) | set(held_gpus(found) or []))
         self.node = kv_multinode.node_of(info.get("server_args"))
         others = None
         if self.node is not None and not self.check_mode:

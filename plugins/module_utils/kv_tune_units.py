@@ -5,6 +5,9 @@
 and the host's result and reports out of its units'."""
 from __future__ import annotations
 
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks
+from ansible_collections.llmserve.sglang.plugins.module_utils import server_args as sa
+
 
 def target_label(host, unit):
     """How lines, reports and the summary name one of several units of a host: ``gpu1/sglang@a``."""
@@ -23,6 +26,53 @@ def unit_gpus(gpu_memory):
     return found or None
 
 
+def configured_gpus(server_args, environment, gpu_uuids):
+    """The GPUs (NVML's indices) that a unit's configuration gives its server on this host, or None when that cannot
+    be told; what runs does not count, so a unit that is down still holds its GPUs.
+
+    SGLang puts this node's ranks on ``base_gpu_id + i * gpu_id_step`` for i below tp_size x pp_size / nnodes (times
+    dp_size without DP attention: each replica takes the next GPUs), counted within CUDA_VISIBLE_DEVICES when the
+    unit sets it (indices, or a ``GPU-`` UUID or a unique prefix of one, as CUDA takes them; ``gpu_uuids`` are NVML's
+    in index order). A MIG device, an entry CUDA would not accept or a rank past the visible GPUs is None: not this
+    function's to guess."""
+    def number(name, default):
+        value = server_args.get(name, default)
+        try:
+            return checks.parse_number("server arg " + name, default if value is None else value, int,
+                                       sa.ServerArgsError)
+        except sa.ServerArgsError:
+            return None
+
+    sizes = [number(name, 1) for name in ("tp_size", "pp_size", "dp_size", "nnodes")]
+    base, step = number("base_gpu_id", 0), number("gpu_id_step", 1)
+    if None in sizes or base is None or step is None or min(sizes) < 1 or base < 0 or step < 1:
+        return None
+    tp, pp, dp, nnodes = sizes
+    dp_attention = str(server_args.get("enable_dp_attention", False)).lower() in ("true", "1", "yes")
+    count = tp * pp * (1 if dp_attention else dp) // nnodes
+    logical = [base + i * step for i in range(max(count, 1))]
+    visible = (environment or {}).get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return sorted(logical) if max(logical) < len(gpu_uuids) or not gpu_uuids else None
+    physical = []
+    for entry in visible.split(","):
+        index = _visible_index(entry.strip(), gpu_uuids)
+        if index is None:
+            break   # CUDA ignores the rest; a rank it would need there fails the server
+        physical.append(index)
+    if max(logical) >= len(physical):
+        return None
+    return sorted(set(physical[i] for i in logical))
+
+
+def _visible_index(entry, gpu_uuids):
+    """NVML's index of one CUDA_VISIBLE_DEVICES entry; None where CUDA would not take it, or for a MIG device."""
+    if entry.isdigit():
+        return int(entry) if int(entry) < len(gpu_uuids) else None
+    found = [index for index, uuid in enumerate(gpu_uuids) if entry.startswith("GPU-") and (uuid or "").startswith(entry)]
+    return found[0] if len(found) == 1 else None
+
+
 def other_gib(gpu_memory):
     """GiB that other processes hold on the unit's GPUs (every GPU when none is known to be the unit's), from
     kv_fingerprint's ``gpu_memory``; None when it is not known."""
@@ -34,15 +84,15 @@ def other_gib(gpu_memory):
 
 
 def neighbours(gpu_sets):
-    """unit -> the other units whose servers share a GPU with it (unit -> its GPUs, None: unknown, shares nothing
-    known).
+    """unit -> the other units whose servers share a GPU with it (unit -> its GPUs; None: unknown, so it may share
+    any of them).
 
     A trial of a unit then loads its neighbours too, at the same time: the batches of servers on one GPU take their
     activations from the same free memory, and a value stable alone can run the pair out of memory at peak traffic."""
     found = {unit: [] for unit in gpu_sets}
     for unit, gpus in gpu_sets.items():
         for other, other_gpus in gpu_sets.items():
-            if other != unit and gpus and other_gpus and set(gpus) & set(other_gpus):
+            if other != unit and (not gpus or not other_gpus or set(gpus) & set(other_gpus)):
                 found[unit].append(other)
     return {unit: sorted(others) for unit, others in found.items()}
 

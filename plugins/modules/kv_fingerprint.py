@@ -132,6 +132,16 @@ gpu_memory:
   elements: dict
   sample: [{"index": 3, "total_bytes": 102894051328, "reserved_bytes": 645922816, "server_bytes": 90000000000,
             "other_bytes": 8589934592, "other_processes": [{"pid": 90003, "name": "/usr/bin/python3"}]}]
+configured_gpus:
+  description:
+    - The GPUs (NVML's indices) that the unit's configuration gives its server on this host, running or not - its
+      C(--base-gpu-id), C(--gpu-id-step), parallel sizes and C(--nnodes), counted within C(CUDA_VISIBLE_DEVICES)
+      of its C(Environment=) or C(EnvironmentFile=). Units whose GPUs meet share them, also while one is down.
+    - V(null) when that cannot be told (a MIG device, a rank past the visible GPUs, no fingerprint).
+  returned: success
+  type: list
+  elements: int
+  sample: [0, 1, 2, 3]
 fingerprint_error:
   description: Why a stopped unit could not be fingerprinted (a running one fails instead).
   returned: when the unit does not run and cannot be fingerprinted
@@ -243,11 +253,17 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust,
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import FingerprintError, fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
-    C_LOCALE, SystemctlError, list_units, unit_properties)
+    C_LOCALE, SystemctlError, environment_files, environment_variable, list_units, unit_properties)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import retune_reason
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import configured_gpus
 
 _UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart", "User",
-                    "ControlGroup", "Environment"]
+                    "ControlGroup", "Environment", "EnvironmentFiles"]
+# What a stopped unit whose configuration cannot be fingerprinted returns (with its unit facts).
+_NO_FINGERPRINT = dict(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
+                       api_key_set=None, url=None, model_path=None, model_config=None, config=None, checkpoint_bytes=None,
+                       sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, configured_gpus=None,
+                       source=None)
 
 
 def read_argv(pid):
@@ -370,6 +386,23 @@ class Fingerprint(object):
                               % (found["version"], _utc(found["stat"])))
         return found["version"], found["metadata"]
 
+    def visible_devices(self, state):
+        """CUDA_VISIBLE_DEVICES as the unit sets it: Environment=, then each EnvironmentFile= over it, as systemd
+        reads them; None when it does not. Only this variable is read: the files hold the unit's secrets. A file
+        that root alone does not control is not read, and the GPUs are then unknown (``False``)."""
+        found = dict(item.split("=", 1) for item in shlex.split(state.get("Environment") or "")
+                     if "=" in item).get("CUDA_VISIBLE_DEVICES")
+        for path in environment_files(state.get("EnvironmentFiles")):
+            try:
+                data, _info = host_files.read_trusted(path.lstrip("-"))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+            value = environment_variable(data.decode("utf-8", "replace"), "CUDA_VISIBLE_DEVICES")
+            found = found if value is None else value
+        return found
+
     def server_pids(self, control_group, main_pid):
         """The processes of the unit (its cgroup; the main process and its children when the cgroup is unreadable)."""
         for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
@@ -439,10 +472,7 @@ def main() -> None:
         # What the unit would start: its configuration, not a process.
         argv, started = configured_argv(state.get("ExecStart"), state.get("Environment")), None
         if not argv or "--model-path" not in argv:
-            module.exit_json(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
-                             api_key_set=None, url=None, model_path=None, model_config=None, config=None,
-                             checkpoint_bytes=None, sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, source=None,
-                             **unit_facts)
+            module.exit_json(**dict(_NO_FINGERPRINT, **unit_facts))
     else:
         try:
             argv = read_argv(pid)
@@ -454,10 +484,7 @@ def main() -> None:
     except Unavailable as exc:
         if unit_facts["running"]:
             module.fail_json(msg=str(exc))
-        module.exit_json(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
-                         api_key_set=None, url=None, model_path=None, model_config=None, config=None,
-                         checkpoint_bytes=None, sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, source=None,
-                         fingerprint_error=str(exc), **unit_facts)
+        module.exit_json(fingerprint_error=str(exc), **dict(_NO_FINGERPRINT, **unit_facts))
     module.exit_json(retune_reason=retune_reason(pin, found["fingerprint"], found["fingerprint_hash"],
                                                  found["mem_fraction_static"]),
                      source="process" if unit_facts["running"] else "unit", **dict(found, **unit_facts))
@@ -498,7 +525,10 @@ def describe(module, fp_reader, state, argv, started, pid):
     except (GpuProbeError, FingerprintError, sa.ServerArgsError) as exc:
         raise Unavailable("cannot fingerprint %s: %s" % (unit, exc)) from None
     server_pids = fp_reader.server_pids(state.get("ControlGroup") or "", pid) if pid else set()
-    return dict(fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args, mem_fraction_static=mfs,
+    visible = fp_reader.visible_devices(state)
+    gpus_given = None if visible is False else configured_gpus(
+        args, {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}, [gpu.get("uuid") for gpu in gpus["gpus"]])
+    return dict(configured_gpus=gpus_given, fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args, mem_fraction_static=mfs,
                 api_key_set=args.get("api_key") is not None, url=sa.probe_url(args), model_path=model_path,
                 model_config=config_path, config=config, sglang_version=version, sglang_metadata=metadata,
                 checkpoint_bytes=fp_reader.checkpoint_bytes(model_path, uid, gids),

@@ -50,9 +50,11 @@ options:
       - Several servers on one host (C(sglang@a.service) on GPUs 0-3, C(sglang@b.service) on 4-7); replaces
         O(unit). Each is tuned in turn with its own lock, trials, load, pin, fact entry and report, and its load
         is sampled on its own GPUs only.
-      - Units whose running processes share a GPU are loaded together in every trial of either (their activations
-        meet on the shared GPUs); a neighbour that stopped or restarted during a search is restarted on its
-        last-known-good value afterwards, and the pair must hold the joint load again.
+      - Units given a common GPU (by their configuration, running or not - C(configured_gpus) of
+        M(llmserve.sglang.kv_fingerprint)) are loaded together in every trial of either (their activations meet on
+        the shared GPUs). A neighbour that is down is started on its last-known-good value before a unit's run, or
+        that unit is not tuned and says why; a neighbour that stopped or restarted during a search is restarted on
+        its last-known-good value afterwards, and the pair must hold the joint load again.
       - A unit that fails does not stop the others; the host's RV(status) is then V(failed) (or
         V(no_stable_value)), RV(msg) names the units, and RV(units) holds each unit's result.
     type: list

@@ -10,8 +10,9 @@ sglang_service_instances:
   nothing, and per_class treats the two units as one class (same GPUs, model and memory arguments): b verifies a's
   value with one restart.
 - simunits2: both servers on all 8 GPUs (TP8 each), a at 0.5 and b at 0.85 (of what a left free): each holds its
-  load alone, but not both at once (b runs out of memory). Every trial of one loads the other at the same time, so
-  the tuned pair holds the joint load with the margin.
+  load alone, but not both at once (b runs out of memory). b is down when the run starts: it is started on its
+  last-known-good value first (its GPUs come from its configuration, not from what runs), and every trial of one
+  loads the other at the same time, so the tuned pair holds the joint load with the margin.
 """
 from __future__ import annotations
 
@@ -125,8 +126,13 @@ def test_servers_that_share_the_gpus_are_tuned_to_hold_a_joint_load(units, tmp_p
     assert not before["held"], before
     for unit, url in (("sglang@a.service", A_URL), ("sglang@b.service", B_URL)):
         assert serving(units, unit, url)     # systemd restarted the one that died
+    # b is down when the run starts (crashed, or stopped by hand): the GPUs it is given are still b's. a tuned alone
+    # would take the memory b needs to start again; b is started on its last-known-good value before a's search.
+    ssh(SHARED, "systemctl stop sglang@b.service")
     run = tune(units, tmp_path, limit=SHARED)
     assert run.status == "successful", run.stdout[-8000:]
+    assert "%s/sglang@a: sglang@b.service, which is given the same GPUs (0-7), is not running: starting it on its " \
+           "last-known-good value 0.85 before the search" % SHARED in run.stdout, run.stdout[-8000:]
     pinned = json.loads(ssh(SHARED, "cat /etc/ansible/facts.d/sglang_kv.fact"))
     results = {unit: json.loads((tmp_path / ("%s_%s.json" % (SHARED, unit[:-len(".service")]))).read_text())
                for unit in UNITS}

@@ -41,19 +41,23 @@ BOOT = {"pre_load_free_gib": 78.5, "post_load_free_gib": 13.9, "max_total_num_to
 class Host(object):
     """The case's script: each entry ``[what, answer]`` is the next call expected. ``what`` is the module's short
     name (``kv_trial`` with its state and value: ``kv_trial started 0.910``), or ``nodes <kind>`` for a message to
-    the other nodes. kv_fingerprint's and sglang_startup_facts' answers are overrides of INFO and BOOT; an answer
+    the other nodes; a third item, arguments the call must have. kv_fingerprint's and sglang_startup_facts' answers are overrides of INFO and BOOT; an answer
     ``{raise: ChannelTimeout | RuntimeError, msg}`` raises that instead."""
 
     def __init__(self, script):
-        self.script = [(list(entry) + [None])[:2] if isinstance(entry, list) else [entry, None] for entry in script]
+        self.script = [(list(entry) + [None, None])[:3] if isinstance(entry, list) else [entry, None, None]
+                       for entry in script]
         self.calls = []
         self.run_ids = set()    # the runs the unit's own kv_trial calls were made as
 
     def answer(self, what, args=None):
         self.calls.append(what)
         assert self.script, "unexpected call %s %s: the script has ended" % (what, args)
-        expected, answer = self.script.pop(0)
+        expected, answer, with_args = self.script.pop(0)
         assert what == expected, "call %d: %s (%s), the script expects %s" % (len(self.calls), what, args, expected)
+        for key, value in (with_args or {}).items():
+            assert (args or {}).get(key) == value, "call %d: %s with %s=%r, the script expects %r" % (
+                len(self.calls), what, key, (args or {}).get(key), value)
         answer = copy.deepcopy(answer)
         if isinstance(answer, dict) and "raise" in answer:
             raise {"ChannelTimeout": ChannelTimeout, "RuntimeError": RuntimeError,

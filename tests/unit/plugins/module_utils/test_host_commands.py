@@ -38,3 +38,20 @@ def test_unit_properties_asks_for_the_names_and_parses_the_lines():
 def test_failures_raise_with_the_reason(module, message):
     with pytest.raises(host_commands.SystemctlError, match=re.escape(message)):
         host_commands.unit_properties(module, "sglang.service", ["MainPID"])
+
+
+def test_a_property_printed_once_per_entry_keeps_every_entry():
+    props = host_commands.parse_show("EnvironmentFiles=/etc/sglang/a.env (ignore_errors=no)\n"
+                                     "EnvironmentFiles=/etc/sglang/extra.env (ignore_errors=yes)\nUser=sglang\n")
+    assert host_commands.environment_files(props["EnvironmentFiles"]) == ["/etc/sglang/a.env", "/etc/sglang/extra.env"]
+    assert host_commands.environment_files("") == [] and props["User"] == "sglang"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("CUDA_VISIBLE_DEVICES=0,1\n", "0,1"),
+    ("# CUDA_VISIBLE_DEVICES=7\n; CUDA_VISIBLE_DEVICES=6\nHF_TOKEN=x\n", None),
+    ("CUDA_VISIBLE_DEVICES='4,5'\nCUDA_VISIBLE_DEVICES = \"6,7\"\n", "6,7"),     # the last one wins, quotes go
+    ("CUDA_VISIBLE_DEVICES_X=1\n", None),
+])
+def test_one_variable_of_an_environment_file_as_systemd_reads_it(text, expected):
+    assert host_commands.environment_variable(text, "CUDA_VISIBLE_DEVICES") == expected

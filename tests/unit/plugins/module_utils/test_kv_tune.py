@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import (
-    kv_search, kv_tune, kv_tune_classes, kv_tune_lines, kv_tune_model, kv_tune_settings, kv_tune_start, kv_tune_trial, kv_tune_units)
+    kv_search, kv_tune, kv_tune_classes, kv_tune_lines, kv_tune_model, kv_tune_run, kv_tune_settings, kv_tune_start,
+    kv_tune_trial, kv_tune_units)
 
 CASES = yaml.safe_load((Path(__file__).parent / "test_kv_tune.yaml").read_text())
 DEFAULT_SETTINGS = {"unit": "sglang.service", "start": None, "cap": 0.98, "resolution": 0.005, "safety_gib": 1.0,
@@ -474,12 +475,55 @@ def test_a_units_gpus_are_those_its_processes_use():
 
 @pytest.mark.parametrize("gpu_sets, expected", [
     ({"a": [0, 1, 2, 3], "b": [4, 5, 6, 7]}, {"a": [], "b": []}),
-    ({"a": [0, 1, 2, 3], "b": None}, {"a": [], "b": []}),
+    ({"a": [0, 1, 2, 3], "b": None}, {"a": ["b"], "b": ["a"]}),   # b's GPUs unknown: it may hold any of a's
     ({"a": [0, 1, 2, 3], "b": [3, 4]}, {"a": ["b"], "b": ["a"]}),
     ({"a": [0, 1], "b": [4], "c": [0, 1, 5], "d": [5]}, {"a": ["c"], "b": [], "c": ["a", "d"], "d": ["c"]}),
 ])
 def test_units_that_share_a_gpu_are_each_others_neighbours(gpu_sets, expected):
     assert kv_tune_units.neighbours(gpu_sets) == expected
+
+
+UUIDS = ["GPU-%d%d%d%d0000-aaaa" % (i, i, i, i) for i in range(8)]
+
+
+@pytest.mark.parametrize("args, environment, expected", [
+    ({}, {}, [0]),
+    ({"tp_size": "4", "base_gpu_id": "4"}, {}, [4, 5, 6, 7]),
+    ({"tp_size": "4", "gpu_id_step": "2", "base_gpu_id": "1"}, {}, [1, 3, 5, 7]),
+    ({"tp_size": "2", "dp_size": "2"}, {}, [0, 1, 2, 3]),                            # each replica on the next GPUs
+    ({"tp_size": "4", "dp_size": "4", "enable_dp_attention": True}, {}, [0, 1, 2, 3]),   # DP within the TP group
+    ({"tp_size": "16", "nnodes": "2", "node_rank": "1"}, {}, list(range(8))),       # this node's half
+    ({"tp_size": "2", "pp_size": "2"}, {}, [0, 1, 2, 3]),
+    ({"tp_size": "4"}, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, [4, 5, 6, 7]),
+    ({"tp_size": "2", "base_gpu_id": "1"}, {"CUDA_VISIBLE_DEVICES": "7, 3,5"}, [3, 5]),
+    ({"tp_size": "2"}, {"CUDA_VISIBLE_DEVICES": "GPU-66660000-aaaa,GPU-2222"}, [2, 6]),   # UUIDs, a unique prefix
+    ({"tp_size": "8", "base_gpu_id": "4"}, {}, None),                                # past the host's 8 GPUs
+    ({"tp_size": "2"}, {"CUDA_VISIBLE_DEVICES": "1,-1,2"}, None),                   # CUDA stops at -1
+    ({"tp_size": "2"}, {"CUDA_VISIBLE_DEVICES": "GPU-,3"}, None),                   # a prefix of every UUID
+    ({"tp_size": "1"}, {"CUDA_VISIBLE_DEVICES": "MIG-0d1c2b3a-1111"}, None),        # not this function's to guess
+    ({"tp_size": "two"}, {}, None),
+])
+def test_the_gpus_a_unit_is_given_come_from_its_configuration(args, environment, expected):
+    assert kv_tune_units.configured_gpus(args, environment, UUIDS) == expected
+
+
+def test_a_stopped_neighbour_counts_by_the_gpus_it_is_given():
+    running = {"configured_gpus": None, "gpu_memory": [gpu(0, 5), gpu(1, 5)]}
+    stopped = {"configured_gpus": [1, 2], "gpu_memory": [gpu(0, 0), gpu(1, 0)]}
+    assert kv_tune_run.held_gpus(running) == [0, 1] and kv_tune_run.held_gpus(stopped) == [1, 2]
+    assert kv_tune_run.held_gpus({"configured_gpus": None, "gpu_memory": None}) is None
+    assert [kv_tune_run.gpu_text(gpus) for gpus in ([0, 1, 2, 3, 4, 5, 6, 7], [4, 5], [0, 2, 5])] == [
+        "0-7", "4, 5", "0, 2, 5"]
+
+
+@pytest.mark.parametrize("info, expected", [
+    ({"pin": {"mem_fraction_static": 0.91}, "mem_fraction_static": 0.93, "trial_pending": True}, "0.91"),
+    ({"pin": None, "mem_fraction_static": 0.85, "trial_pending": False}, "0.85"),
+    ({"pin": None, "mem_fraction_static": 0.93, "trial_pending": True}, "(its base unit file's)"),
+    ({"pin": None, "mem_fraction_static": None}, "(its base unit file's)"),
+])
+def test_the_last_known_good_value_of_a_unit_that_does_not_run(info, expected):
+    assert kv_tune_run.lkg_text(info) == expected
 
 
 def test_labels_and_report_names_of_several_units():

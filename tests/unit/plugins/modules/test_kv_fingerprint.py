@@ -20,7 +20,7 @@ from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthel
 
 H200 = [{"name": "NVIDIA H200", "memory_total_mib": 143771}]
 EXTRA = ("argv", "config", "pin", "trial_pending", "timers", "lock", "installed_after_start", "writable_venv",
-         "stale_contains")
+         "stale_contains", "env_file")
 STARTED = time.time() - 1000
 
 
@@ -69,6 +69,9 @@ def test_kv_fingerprint(case, root_dir):
     if case.get("trial_pending"):
         with open(os.path.join(base, "trial.conf"), "w", encoding="utf-8") as handle:
             handle.write("[Service]\n")
+    if case.get("env_file"):   # an EnvironmentFile= of the unit (its secrets too)
+        with open(os.path.join(base, "unit.env"), "w", encoding="utf-8") as handle:
+            handle.write(case["env_file"])
     if case.get("lock"):
         with open(os.path.join(base, "unit.lock"), "w", encoding="utf-8") as handle:
             json.dump(case["lock"], handle)
@@ -83,5 +86,7 @@ def test_kv_fingerprint(case, root_dir):
             mock.patch.object(host_files, "process_start_time", lambda pid: STARTED):
         result = uthelper.run_case(kv_fingerprint, {key: case[key] for key in ("id", "input", "output", "mocks")
                                                     if key in case})
+    if case.get("env_file"):
+        assert "s3cret" not in json.dumps(result), result
     if "stale_contains" in case:
         assert case["stale_contains"] in result["stale"][0], result["stale"]
