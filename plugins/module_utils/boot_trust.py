@@ -11,9 +11,11 @@ Pure and stdlib only. Two checks, each a finding (a sentence with the numbers) w
   ``model.safetensors.index.json``) over TP x PP. A rank that reports more than that by over
   ``CHECKPOINT_SLACK_RATIO`` and ``CHECKPOINT_SLACK_GIB`` both did not spend it on weights. Loading never grows a
   checkpoint by that much: online quantization shrinks it, and buffers SGLang builds while loading are far smaller.
-- ranks of one pipeline stage load the same shards, so their "mem usage" is the same to a few MiB; ranks that
-  differ by over ``RANK_SPREAD_GIB`` and ``RANK_SPREAD_RATIO`` both had free memory taken from some GPUs, not
-  others, during the load.
+- ranks of one pipeline stage load the same shards, so their "mem usage" is the same: every real multi-rank boot
+  in tests/fixtures (TP8 Kimi-K2.5 on RTX PRO 6000 and MI355X, TP8 GLM-5, DP4 x TP4 Qwen3-MoE with EP, TP2 Qwen3.5)
+  prints one figure on every rank, to SGLang's 0.01 GB. Ranks that differ by over ``RANK_SPREAD_GIB`` had free
+  memory taken from some GPUs, not others, during the load: 4 GiB on one GPU of eight is 5.5% of a 72 GiB share,
+  which no ratio could tell from a clean load of a larger model, so the bound is absolute.
 """
 from __future__ import annotations
 
@@ -22,8 +24,7 @@ import re
 GIB = 2 ** 30
 CHECKPOINT_SLACK_RATIO = 0.25
 CHECKPOINT_SLACK_GIB = 1.0
-RANK_SPREAD_RATIO = 0.10
-RANK_SPREAD_GIB = 1.0
+RANK_SPREAD_GIB = 0.5
 
 __all__ = ["checkpoint_bytes", "findings"]
 
@@ -76,7 +77,7 @@ def findings(facts, checkpoint_size=None):
         low = min(ranks, key=lambda r: r["weights_gib"])
         high = max(ranks, key=lambda r: r["weights_gib"])
         spread = high["weights_gib"] - low["weights_gib"]
-        if spread > RANK_SPREAD_GIB and spread > RANK_SPREAD_RATIO * high["weights_gib"]:
+        if spread > RANK_SPREAD_GIB:
             found.append(
                 "ranks that load the same shards report different weights: %s %.2f GiB, %s %.2f GiB: free memory "
                 "moved on some GPUs during the load (another process?), so P and A are not what SGLang's pool will see "

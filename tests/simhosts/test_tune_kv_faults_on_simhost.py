@@ -132,6 +132,24 @@ def test_another_process_on_one_gpu_stops_the_tune_before_any_restart(fleet, tmp
     assert invocation(HOST) == started and serving(fleet)
 
 
+def test_memory_taken_on_one_gpu_while_each_start_loads_pins_nothing(fleet, tmp_path):
+    # Another process takes 4 GiB on GPU 0 while each start loads its weights (5.5% of the field host's 72 GiB share
+    # per GPU) and gives it back after the pool: the pool comes out smaller and the memory given back reads as
+    # headroom. Such a trial is started again, then the run stops on the last-known-good value and pins nothing.
+    pinned = fact(HOST)
+    set_faults(HOST, load_contention_mib={"0": 4096})
+    try:
+        run = tune(fleet, tmp_path, kv_tune_force=True, kv_tune_start=round(pinned["mem_fraction_static"] - 0.02, 3))
+    finally:
+        set_faults(HOST)
+    result = report(tmp_path, HOST)
+    assert [trial["outcome"] for trial in result["trials"]] == ["untrusted", "unverified"], result["trials"]
+    assert result["status"] == "failed" and run.status == "failed", run.stdout[-4000:]
+    assert "ranks that load the same shards report different weights" in result["trials"][0]["why"]
+    assert running_fraction(HOST) == pytest.approx(pinned["mem_fraction_static"]) and not trial_left(HOST)
+    assert fact(HOST)["time"] == pinned["time"] and serving(fleet)
+
+
 def test_a_draft_replaced_in_place_changes_the_fingerprint(fleet, tmp_path):
     config = "/models/field/draft/config.json"
     ssh(HOST, f"cp {config} {config}.orig && python3 - <<'EOF'\nimport json\np='{config}'\nd=json.load(open(p))\n"
