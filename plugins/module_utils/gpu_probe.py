@@ -468,13 +468,15 @@ MEMORY_FIELDS = ("index", "memory.total", "memory.used", "memory.free")
 
 
 def free_memory_sampler(run_command=None, nvidia_smi: str | None = None, prefer: str = "auto", nvml=None,
-                        which=shutil.which):
+                        which=shutil.which, processes=False):
     """A probe for a loop that reads free memory many times a second (kv_stress, gpu_info's watch; every 0.1 s by
     default): a function that returns the GPU dicts of :func:`probe`. Its first call is :func:`probe`'s; later calls
     ask the source that answered for each GPU's index and memory only: NVML in-process as before, nvidia-smi with
     one ``--query-gpu`` instead of three commands (three process starts per sample keep a CPU core of the host busy
-    in a 0.1 s loop)."""
+    in a 0.1 s loop). With ``processes``, each sample lists every GPU's compute processes too (NVML's, or one more
+    nvidia-smi command)."""
     found = {}
+    fields = MEMORY_FIELDS + (("uuid",) if processes else ())
 
     def sample() -> list[dict]:
         if not found:
@@ -485,8 +487,13 @@ def free_memory_sampler(run_command=None, nvidia_smi: str | None = None, prefer:
             return result["gpus"]
         if found["source"] == "nvml":
             return probe_nvml(nvml)["gpus"]
-        argv = [found["nvidia_smi"], "--query-gpu=" + ",".join(MEMORY_FIELDS), CSV_FORMAT]
-        return gpus_from_smi(parse_csv(_run(run_command or run_subprocess, argv), MEMORY_FIELDS))
+        run = run_command or run_subprocess
+        rows = parse_csv(_run(run, [found["nvidia_smi"], "--query-gpu=" + ",".join(fields), CSV_FORMAT]), fields)
+        apps = None
+        if processes:
+            apps = parse_csv(_run(run, [found["nvidia_smi"], "--query-compute-apps=" + ",".join(APP_FIELDS),
+                                        CSV_FORMAT]), APP_FIELDS, free_text_last=True)
+        return gpus_from_smi(rows, apps)
 
     return sample
 

@@ -198,6 +198,20 @@ def installed_distribution(venv, name):
     return found[0] if found else None
 
 
+def unit_pids(control_group, roots=("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")):
+    """The processes of a unit (systemd's ControlGroup property, ``/system.slice/sglang.service``) from its
+    cgroup.procs (cgroup v2, or v1's named hierarchies); None when none can be read."""
+    for root in roots:
+        try:
+            with open(root + control_group + "/cgroup.procs", encoding="ascii") as handle:
+                pids = {int(line) for line in handle if line.strip()}
+            if pids:
+                return pids
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def process_start_time(pid, proc="/proc"):
     """When process ``pid`` started, in seconds since the epoch (from /proc/<pid>/stat and the boot time)."""
     with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as handle:

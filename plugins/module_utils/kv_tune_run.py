@@ -19,6 +19,7 @@ The search itself is :class:`kv_tune.Tuner`'s; a :class:`UnitRun` turns its step
 from __future__ import annotations
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import start_findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_search import value_text
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import Tuner
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_classes import class_value, verify_value
@@ -42,11 +43,14 @@ def fingerprint_args(args, unit=None):
     return {"unit": unit or args["unit"], "model_revision": args["model_revision"], "require_running": False}
 
 
-def ready_call(args, unit, url, invocation_id=None, may_fail=False):
-    """sglang_ready on ``unit`` (answering at ``url``) with the run's timeout and interval."""
-    return call("sglang_ready", {
-        "url": url, "unit": unit, "api_key": args["api_key"], "timeout": args["ready_timeout"],
-        "interval": args["ready_interval"], "invocation_id": invocation_id}, may_fail=may_fail)
+def ready_call(args, unit, url, invocation_id=None, may_fail=False, gpus=None):
+    """sglang_ready on ``unit`` (answering at ``url``) with the run's timeout and interval; with ``gpus``, watching
+    what other processes hold on them while it starts."""
+    ready_args = {"url": url, "unit": unit, "api_key": args["api_key"], "timeout": args["ready_timeout"],
+                  "interval": args["ready_interval"], "invocation_id": invocation_id}
+    if gpus:
+        ready_args["gpus"] = gpus
+    return call("sglang_ready", ready_args, may_fail=may_fail)
 
 
 def host_steps(host, args, check_mode=False):
@@ -158,6 +162,7 @@ class UnitRun(NodeSteps):
         self.s = None           # check_settings' of args
         self.url = args["url"]
         self.gpus = None        # the unit's (and its neighbours') GPUs; None: unknown, every GPU counts
+        self.first_other = {}   # GPU -> bytes other processes held there at the search's first look
         self.checkpoint = None  # the model checkpoint's bytes (kv_fingerprint), None when unknown
         self.invocation_id = None   # the start of the server measured in place
         self.node = None        # this unit's part in a multi-node server (kv_multinode.node_of)
@@ -172,8 +177,8 @@ class UnitRun(NodeSteps):
     def _fingerprint(self, unit=None):
         return call("kv_fingerprint", fingerprint_args(self.args, unit))
 
-    def _ready(self, invocation_id=None, unit=None, url=None, may_fail=False):
-        return ready_call(self.args, unit or self.args["unit"], url or self.url, invocation_id, may_fail)
+    def _ready(self, invocation_id=None, unit=None, url=None, may_fail=False, gpus=None):
+        return ready_call(self.args, unit or self.args["unit"], url or self.url, invocation_id, may_fail, gpus)
 
     def _load(self):
         """kv_stress with every neighbour loaded at the same time; a module failure is a load that did not hold."""
@@ -310,6 +315,7 @@ class UnitRun(NodeSteps):
             yield say(plan["line"])
             return dict(self._report("would_tune", plan["why"], plan["line"], info), changed=False)
         yield from self._lock()
+        self.first_other = {gpu["index"]: gpu.get("other_bytes") or 0 for gpu in info.get("gpu_memory") or []}
         tuner = yield from self._tuner(info, model, safe, plan)
         return (yield from self._search(tuner, info))
 
@@ -436,7 +442,10 @@ class UnitRun(NodeSteps):
 
     def _observe_trial(self, step):
         started = (yield from self._trial("started", step["text"])) if step["restart"] else None
-        ready = yield self._ready((started or {}).get("invocation_id") or self.invocation_id)
+        # A start is watched: memory another process takes or gives back on its GPUs while SGLang measures them
+        # changes the pool, and the log need not show it.
+        watched = (self.gpus or sorted(self.first_other)) if started else None
+        ready = yield self._ready((started or {}).get("invocation_id") or self.invocation_id, gpus=watched)
         observed = None
         if self.ranks is not None:
             # The other nodes watch their GPUs while this node drives the load (every rank holds its activations).
@@ -445,6 +454,9 @@ class UnitRun(NodeSteps):
         stress = (yield from self._load()) if ready["ready"] else None
         running = yield self._fingerprint()
         boot = yield from self._boot()
+        moved = start_findings(ready.get("other_memory_seen"), self.first_other) if started else []
+        if moved:
+            boot = dict(boot, untrusted=list(boot.get("untrusted") or []) + moved)
         if self.ranks is not None:
             seen = {ack["host"]: ack for ack in (yield from self._answers(observed))}
             stress = kv_multinode.merge_samples(stress, seen) if stress is not None else None

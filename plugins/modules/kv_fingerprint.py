@@ -405,15 +405,7 @@ class Fingerprint(object):
 
     def server_pids(self, control_group, main_pid):
         """The processes of the unit (its cgroup; the main process and its children when the cgroup is unreadable)."""
-        for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
-            try:
-                with open(root + control_group + "/cgroup.procs", encoding="ascii") as handle:
-                    pids = {int(line) for line in handle if line.strip()}
-                if pids:
-                    return pids
-            except (OSError, ValueError):
-                continue
-        return {main_pid}
+        return host_files.unit_pids(control_group) or {main_pid}
 
 
 def _utc(info):

@@ -58,6 +58,22 @@ options:
     type: str
     choices: [generate, health_generate]
     default: generate
+  gpus:
+    description:
+      - With O(unit), the GPUs (indices) to watch while waiting, every 0.25 s through NVML or nvidia-smi - the
+        least and most memory that compute processes outside the unit's cgroup hold on each (RV(other_memory_seen)).
+        Memory another process takes or gives back while SGLang measures its free memory changes the pool it sizes,
+        and the startup log may not show it.
+    type: list
+    elements: int
+  nvidia_smi:
+    description: Path of nvidia-smi for O(gpus) (found on PATH when unset).
+    type: path
+  prefer:
+    description: The source of O(gpus)' samples, as M(llmserve.sglang.gpu_info)'s O(prefer).
+    type: str
+    choices: [auto, nvml, nvidia_smi]
+    default: auto
 seealso:
   - module: llmserve.sglang.sglang_startup_facts
 """
@@ -101,15 +117,67 @@ elapsed_s:
   returned: always
   type: float
   sample: 41.2
+other_memory_seen:
+  description:
+    - With O(gpus), per GPU watched, the least and most bytes that processes outside the unit held there while the
+      server started, and those processes (the most each held); V(null) when not watched or no sample was taken.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"gpu": 0, "min_bytes": 0, "max_bytes": 4294967296,
+            "processes": [{"pid": 91000, "name": "python3", "max_bytes": 4294967296}]}]
+watch:
+  description: With O(gpus), how many samples were taken and why watching stopped early (V(null) when it did not).
+  returned: always
+  type: dict
+  sample: {"samples": 164, "error": null}
 """
 
 import json
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import SystemctlError, unit_properties
+from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust, host_files
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import (
+    PREFER_CHOICES, GpuProbeError, free_memory_sampler)
+from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
+    C_LOCALE, SystemctlError, unit_properties)
+
+WATCH_INTERVAL_S = 0.25
+
+
+class Watch(threading.Thread):
+    """While the server starts: what processes outside the unit hold on its GPUs (boot_trust.add_sample). The
+    unit's processes are its cgroup's, read at every sample, as the server forks its ranks while it starts."""
+
+    def __init__(self, sample, gpus, control_group):
+        super().__init__(daemon=True)
+        self.sample, self.gpus, self.control_group = sample, set(gpus), control_group
+        self.seen, self.samples, self.error = {}, 0, None
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            try:
+                pids = host_files.unit_pids(self.control_group) if self.control_group else None
+                if pids is not None:   # None: between two starts, nothing of the unit runs to tell apart
+                    boot_trust.add_sample(self.seen, self.sample(), self.gpus, pids)
+                    self.samples += 1
+            except (OSError, GpuProbeError) as exc:
+                self.error = str(exc)
+                return
+            self.done.wait(WATCH_INTERVAL_S)
+
+    def result(self):
+        self.done.set()
+        self.join(5)
+        seen = [dict(entry, processes=sorted(entry["processes"].values(), key=lambda proc: proc["pid"]))
+                for _index, entry in sorted(self.seen.items())]
+        return {"other_memory_seen": seen if self.samples else None,
+                "watch": {"samples": self.samples, "error": self.error}}
 
 
 def unit_state(module, unit):
@@ -148,6 +216,9 @@ def main() -> None:
             timeout=dict(type="float", default=1800),
             interval=dict(type="float", default=2),
             check=dict(type="str", choices=["generate", "health_generate"], default="generate"),
+            gpus=dict(type="list", elements="int"),
+            nvidia_smi=dict(type="path"),
+            prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
         ),
         supports_check_mode=True,
     )
@@ -161,10 +232,21 @@ def main() -> None:
         # The start to wait for, not whatever runs now: a start in between (a revert, anyone's restart) counts.
         first["InvocationID"] = params["invocation_id"]
 
+    watch = None
+    if unit and params["gpus"]:
+        def run_command(argv):
+            return module.run_command(argv, environ_update=C_LOCALE)
+
+        sample = free_memory_sampler(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
+                                     which=module.get_bin_path, processes=True)
+        watch = Watch(sample, params["gpus"], _control_group(module, unit))
+        watch.start()
+
     def stop(ready, reason, detail, state=None):
+        watched = watch.result() if watch else {"other_memory_seen": None, "watch": None}
         module.exit_json(changed=False, ready=ready, reason=reason, detail=detail,
                          invocation_id=(state or {}).get("InvocationID") or None,
-                         elapsed_s=round(time.monotonic() - start, 1))
+                         elapsed_s=round(time.monotonic() - start, 1), **watched)
 
     while True:
         left = params["timeout"] - (time.monotonic() - start)
@@ -181,6 +263,13 @@ def main() -> None:
         if time.monotonic() - start + params["interval"] > params["timeout"]:
             stop(False, "timeout", last_error)
         time.sleep(params["interval"])
+
+
+def _control_group(module, unit):
+    try:
+        return unit_properties(module, unit, ["ControlGroup"]).get("ControlGroup") or None
+    except SystemctlError:
+        return None
 
 
 def _restarted(first, now):

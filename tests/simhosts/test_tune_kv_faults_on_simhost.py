@@ -150,6 +150,24 @@ def test_memory_taken_on_one_gpu_while_each_start_loads_pins_nothing(fleet, tmp_
     assert fact(HOST)["time"] == pinned["time"] and serving(fleet)
 
 
+def test_memory_taken_on_every_gpu_while_each_start_loads_is_seen_and_pins_nothing(fleet, tmp_path):
+    # 2 GiB on each of the eight GPUs: every rank reports the same weights, 2.8% over the checkpoint's share, so the
+    # log alone looks clean. sglang_ready watches the GPUs while the server starts and sees the other process. The
+    # simulator loads in 0.3 s what takes minutes on a real host: slow_start_s holds the load (and the memory) 3 s.
+    pinned = fact(HOST)
+    set_faults(HOST, load_contention_mib={str(gpu): 2048 for gpu in range(8)}, slow_start_s=3)
+    try:
+        run = tune(fleet, tmp_path, kv_tune_force=True, kv_tune_start=round(pinned["mem_fraction_static"] - 0.02, 3))
+    finally:
+        set_faults(HOST)
+    result = report(tmp_path, HOST)
+    assert [trial["outcome"] for trial in result["trials"]] == ["untrusted", "unverified"], result["trials"]
+    assert result["status"] == "failed" and run.status == "failed", run.stdout[-4000:]
+    assert "another process held up to 2.00 GiB on GPU 0 while the server started" in result["trials"][0]["why"]
+    assert running_fraction(HOST) == pytest.approx(pinned["mem_fraction_static"]) and not trial_left(HOST)
+    assert fact(HOST)["time"] == pinned["time"] and serving(fleet)
+
+
 def test_a_draft_replaced_in_place_changes_the_fingerprint(fleet, tmp_path):
     config = "/models/field/draft/config.json"
     ssh(HOST, f"cp {config} {config}.orig && python3 - <<'EOF'\nimport json\np='{config}'\nd=json.load(open(p))\n"

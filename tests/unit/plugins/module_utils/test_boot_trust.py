@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import checkpoint_bytes, findings
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import (
+    add_sample, checkpoint_bytes, findings, start_findings)
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
 
 LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "logs"
@@ -99,3 +100,50 @@ def test_pipeline_stages_are_compared_within_a_stage():
 ])
 def test_checkpoint_bytes(index, size):
     assert checkpoint_bytes(index) == size
+
+
+# --- what other processes hold on the GPUs while a server starts (sglang_ready's watch) -----------------------------
+
+GIB = 2 ** 30
+
+
+def sample(*gpus):
+    """GPU dicts as gpu_probe gives them: (index, [(pid, bytes), ...]) each."""
+    def processes(procs):
+        return [{"pid": pid, "name": "python3", "used_memory_bytes": used} for pid, used in procs]
+    return [{"index": index, "compute_processes": processes(procs)} for index, procs in gpus]
+
+
+def test_a_start_watch_keeps_the_least_and_most_memory_outside_the_server():
+    seen = {}
+    add_sample(seen, sample((0, [(100, 60 * GIB)]), (1, [(101, 60 * GIB)]), (2, [(900, GIB)])), {0, 1}, {100, 101})
+    add_sample(seen, sample((0, [(100, 60 * GIB), (91000, 4 * GIB)]), (1, [(101, 60 * GIB)])), {0, 1}, {100, 101})
+    add_sample(seen, sample((0, [(100, 70 * GIB)]), (1, [(101, 70 * GIB)])), {0, 1}, {100, 101})
+    assert sorted(seen) == [0, 1]     # GPU 2 is not the unit's
+    assert (seen[0]["min_bytes"], seen[0]["max_bytes"]) == (0, 4 * GIB) and seen[1]["max_bytes"] == 0
+    assert seen[0]["processes"] == {91000: {"pid": 91000, "name": "python3", "max_bytes": 4 * GIB}}
+
+
+def watched(index, low, high, procs=()):
+    return {"gpu": index, "min_bytes": low, "max_bytes": high,
+            "processes": [{"pid": pid, "name": "python3", "max_bytes": used} for pid, used in procs]}
+
+
+def test_memory_that_appears_or_goes_away_during_a_start_makes_it_untrusted():
+    appeared = start_findings([watched(0, 0, 2 * GIB, [(91000, 2 * GIB)]), watched(1, 0, 0)], {0: 0, 1: 0})
+    assert appeared == ["another process held up to 2.00 GiB on GPU 0 while the server started (pid 91000 python3), "
+                        "against 0.00 GiB at the first look: P, A and the pool of this start are not what the next "
+                        "start will see"]
+    gone = start_findings([watched(3, 0, 4 * GIB, [(555, 4 * GIB)])], {3: 4 * GIB})
+    assert gone == ["memory other processes held on GPU 3 at the first look (4.00 GiB) was given back while the "
+                    "server started (0.00 GiB at the least): this start had memory the next one may not have"]
+
+
+@pytest.mark.parametrize("seen, before", [
+    ([watched(0, 0, int(0.2 * GIB), [(7, int(0.2 * GIB))])], {0: 0}),     # a CUDA context's worth
+    ([watched(0, GIB, GIB, [(7, GIB)])], {0: GIB}),                       # held all along (a monitoring agent)
+    (None, {0: 0}),                                                       # nothing watched
+    ([], {}),
+])
+def test_memory_outside_the_server_that_did_not_move_is_no_finding(seen, before):
+    assert start_findings(seen, before) == []

@@ -13,3 +13,38 @@ from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthel
 @pytest.mark.parametrize("case", uthelper.cases(__file__))
 def test_sglang_ready(case):
     uthelper.run_case(sglang_ready, case)
+
+
+def gpu(index, *procs):
+    return {"index": index, "compute_processes": [{"pid": pid, "name": "python3", "used_memory_bytes": used}
+                                                  for pid, used in procs]}
+
+
+def test_the_start_watch_reads_the_units_cgroup_at_every_sample(monkeypatch):
+    # The server forks its ranks as it starts: pid 101 is the server's from the second sample on, 91000 never.
+    samples = iter([[gpu(0, (101, 2 ** 30))], [gpu(0, (101, 2 ** 30), (91000, 2 ** 32))], [gpu(0, (101, 2 ** 31))]])
+    cgroups = iter([None, {100}, {100, 101}, {100, 101}])
+    monkeypatch.setattr(sglang_ready, "WATCH_INTERVAL_S", 0)
+    monkeypatch.setattr(sglang_ready.host_files, "unit_pids", lambda group: next(cgroups, {100, 101}))
+
+    def sample():
+        try:
+            return next(samples)
+        except StopIteration:
+            raise sglang_ready.GpuProbeError("nvidia-smi is gone") from None
+
+    watch = sglang_ready.Watch(sample, [0], "/system.slice/sglang.service")
+    watch.start()
+    watch.join(5)   # it stops at the first error
+    assert watch.result() == {
+        "other_memory_seen": [{"gpu": 0, "min_bytes": 0, "max_bytes": 2 ** 32,
+                               "processes": [{"pid": 101, "name": "python3", "max_bytes": 2 ** 30},
+                                             {"pid": 91000, "name": "python3", "max_bytes": 2 ** 32}]}],
+        "watch": {"samples": 3, "error": "nvidia-smi is gone"}}
+
+
+def test_a_watch_without_a_sample_says_nothing_was_seen(monkeypatch):
+    monkeypatch.setattr(sglang_ready.host_files, "unit_pids", lambda group: None)
+    watch = sglang_ready.Watch(lambda: [], [0], "/system.slice/sglang.service")
+    watch.start()
+    assert watch.result() == {"other_memory_seen": None, "watch": {"samples": 0, "error": None}}
