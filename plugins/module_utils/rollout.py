@@ -51,7 +51,7 @@ HOOKS = ("rollout_drain_tasks", "rollout_undrain_tasks")
 # set takes its role's default, which is valid (the unit tests check the defaults).
 INPUTS = ("sglang_version", "nvidia_driver_branch", "nvidia_driver_version", "rollout_serial",
           "rollout_max_fail_percentage", "rollout_gate_timeout", "rollout_ready_timeout", "rollout_ready_interval",
-          "rollout_unit", "rollout_url", "rollout_retune", "rollout_lock_lease") + HOOKS
+          "rollout_unit", "rollout_url", "rollout_retune", "rollout_lock_lease", "rollout_hook_timeout") + HOOKS
 # Seconds the rollout's lock on a unit lasts unless it is released (a controller that dies leaves it until then):
 # at least ten minutes, at most a day (the tuner's own bound for a trial's revert).
 LOCK_LEASE_S = (600, kv_tune_settings.BOUNDS["confirm_timeout"][1])
@@ -115,7 +115,8 @@ def input_problems(values, regular_files=frozenset(), playbook_dir="."):
                                   ("rollout_gate_timeout", int, 1, MAX_WAIT_S),
                                   ("rollout_ready_timeout", int, 1, MAX_WAIT_S),
                                   ("rollout_ready_interval", int, 1, MAX_INTERVAL_S),
-                                  ("rollout_lock_lease", int) + LOCK_LEASE_S):
+                                  ("rollout_lock_lease", int) + LOCK_LEASE_S,
+                                  ("rollout_hook_timeout", int, 10, MAX_WAIT_S)):
         if name in values:
             why = _number_problem(values[name], kind, low, high)
             if why:

@@ -6,8 +6,9 @@ SGLang 0.5.9 and tuned, upgraded to 0.5.10 with -e sglang_version=0.5.10: first 
 startup on the canary (the simulator's crash_at_startup fault, for servers of 0.5.10 only), then without it.
 
 A fake load balancer on the controller (an HTTP server in this process) records the example drain/undrain hooks'
-calls. The tests run in file order and build on each other's state. The last one runs a rollout and a tune of the
-canary's unit at once, each way round: whichever came first holds the tuner's lock, and the other stops.
+calls. The tests run in file order and build on each other's state. One runs a rollout and a tune of the canary's
+unit at once, each way round: whichever came first holds the tuner's lock, and the other stops. The last one has a
+drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts the host back.
 """
 from __future__ import annotations
 
@@ -190,3 +191,18 @@ def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb
     assert summary(tmp_path / "rollout")[CANARY]["status"] == "unchanged"
     assert lb.calls[-2:] == [(CANARY, "drain"), (CANARY, "undrain")]
     assert not locked(CANARY)
+
+
+def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet, tmp_path, lb):
+    # A drain script that hangs: after rollout_hook_timeout the hook fails, the rollout stops on the canary and names
+    # it, and the undrain hook puts the host back once it serves.
+    hook = tmp_path / "hanging_drain.yml"
+    hook.write_text("- name: A drain script that never returns\n  ansible.builtin.command: sleep 600\n"
+                    "  changed_when: false\n  delegate_to: localhost\n  become: false\n")
+    started, version = invocation(CANARY), served(CANARY)
+    run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10", rollout_hook_timeout=10, rollout_drain_tasks=str(hook))
+    assert run.status == "failed", run.stdout[-8000:]
+    assert summary(tmp_path)[CANARY]["phase"] == "drain", summary(tmp_path)
+    assert "Timed out after 10 second(s)" in run.stdout, run.stdout[-8000:]
+    assert lb.calls == [(CANARY, "undrain")], lb.calls     # the other host was never touched
+    assert invocation(CANARY) == started and served(CANARY) == version and not locked(CANARY)

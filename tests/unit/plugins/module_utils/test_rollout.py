@@ -169,6 +169,8 @@ def test_a_pep_440_version_is_accepted(version):
     ({"rollout_retune": "maybe"}, "rollout_retune must be true or false (got 'maybe')"),
     ({"rollout_lock_lease": 60}, "rollout_lock_lease must lie in [600, 86400] (got 60)"),
     ({"rollout_lock_lease": "1e9"}, "rollout_lock_lease must lie in [600, 86400]"),
+    ({"rollout_hook_timeout": 0}, "rollout_hook_timeout must lie in [10, 21600] (got 0)"),
+    ({"rollout_hook_timeout": "forever"}, "rollout_hook_timeout must be a whole number"),
     ({"rollout_drain_tasks": "/srv/hooks/missing.yml"},
      "rollout_drain_tasks must be empty or a task file on the controller, absolute or relative to the playbook: "
      "/srv/hooks/missing.yml is not a regular file"),
