@@ -233,6 +233,21 @@ class UnitRun(NodeSteps):
     def _lock(self):
         if not self.locked:
             yield from self._trial("locked")
+            yield from self._neighbours_free()
+
+    def _neighbours_free(self):
+        """Once this run holds its unit: a neighbour that another run holds (a second controller on the host's other
+        units, a rollout) would be restarted or loaded by that run while this one measures the shared GPUs. Each run
+        takes its own lock first and then looks, so of two that start together at least one stops."""
+        for unit in sorted(self.neighbours):
+            found = yield self._fingerprint(unit)
+            lock = found.get("lock") or {}
+            if lock.get("live") and lock.get("run_id") != self.run_id:
+                raise RunFailed("%s shares its GPUs with %s, which run %s from %s holds (a tune or rollout.yml of "
+                                "it): two runs would restart and load the same GPUs; %s was not tuned, nothing was "
+                                "restarted" % (self.args["unit"], unit, lock.get("run_id"), lock.get("controller"),
+                                               self.args["unit"]))
+            self.neighbours[unit] = found
 
     # -- for the action's cleanup --------------------------------------------------------------------------------
 

@@ -12,16 +12,19 @@ sglang_service_instances:
 - simunits2: both servers on all 8 GPUs (TP8 each), a at 0.5 and b at 0.85 (of what a left free): each holds its
   load alone, but not both at once (b runs out of memory). b is down when the run starts: it is started on its
   last-known-good value first (its GPUs come from its configuration, not from what runs), and every trial of one
-  loads the other at the same time, so the tuned pair holds the joint load with the margin.
+  loads the other at the same time, so the tuned pair holds the joint load with the margin. A second controller
+  started while the first searches a stops on both units (b shares a's GPUs) and restarts nothing.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
 import simhost_lib
-from simhost_lib import deployed, invocation, play, running_fraction, ssh, write_host_vars
+from simhost_lib import controller, deployed, invocation, play, running_fraction, ssh, wait_for, write_host_vars
 
 PREFIX = "simunits"
 HOST = f"{PREFIX}1"
@@ -150,3 +153,28 @@ def test_servers_that_share_the_gpus_are_tuned_to_hold_a_joint_load(units, tmp_p
              % (", ".join(lines), after["min_free_gib"]))
     rerun = tune(units, tmp_path / "again", limit=SHARED)
     assert rerun.status == "successful" and rerun.stats["changed"].get(SHARED, 0) == 0, rerun.stdout[-5000:]
+
+
+def test_two_controllers_at_once_never_tune_the_units_of_shared_gpus_together(units, tmp_path):
+    # One operator's run searches sglang@a (forced, 20 s loads); a second operator starts the same playbook on the
+    # host: a is held, and b shares a's GPUs, so the second run stops on both units and restarts nothing.
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    first = controller(units, first_dir, kv_tune_hosts=SHARED, kv_tune_force=True, kv_tune_budget=2,
+                       kv_tune_stress_duration=20)
+    try:
+        lock = "/run/llmserve/kv-tune-sglang@a.service.lock"
+        assert wait_for(lambda: ssh(SHARED, "test -e %s && echo yes || true" % lock).strip() == "yes", 180), \
+            (first_dir / "controller.log").read_text()[-5000:]
+        b_started = invocation(SHARED, "sglang@b.service")
+        second = tune(units, second_dir, limit=SHARED, kv_tune_force=True)
+        assert second.status == "failed", second.stdout[-6000:]
+        assert "sglang@b.service shares its GPUs with sglang@a.service, which run" in second.stdout, second.stdout[-6000:]
+        assert invocation(SHARED, "sglang@b.service") == b_started
+        assert first.wait(900) == 0, (first_dir / "controller.log").read_text()[-5000:]
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGTERM)
+    # The first run tuned both, each with the other loaded: the pair holds the joint load with the margin.
+    after = load(units, [A_URL, B_URL])
+    assert after["held"] and after["also"][B_URL]["held"] and after["min_free_gib"] >= 0.95, after

@@ -38,6 +38,12 @@ BOOT = {"pre_load_free_gib": 78.5, "post_load_free_gib": 13.9, "max_total_num_to
         "kv_size_gib": 4.5, "server_args": {"mem_fraction_static": 0.88}}
 
 
+# Every case runs with this API key: it may reach the modules that take it (their api_key is no_log) and nothing
+# else - no line, warning, result, other module's arguments or message to the other nodes.
+API_KEY = "sk-sweep-7f3a9c"
+TAKE_THE_KEY = ("sglang_ready", "kv_stress")
+
+
 class Host(object):
     """The case's script: each entry ``[what, answer]`` is the next call expected. ``what`` is the module's short
     name (``kv_trial`` with its state and value: ``kv_trial started 0.910``), or ``nodes <kind>`` for a message to
@@ -49,6 +55,7 @@ class Host(object):
                        for entry in script]
         self.calls = []
         self.run_ids = set()    # the runs the unit's own kv_trial calls were made as
+        self.sent = []          # (module, its arguments) of every call, and every message to the other nodes
 
     def answer(self, what, args=None):
         self.calls.append(what)
@@ -70,6 +77,7 @@ class Host(object):
 
     def execute_module(self, module_name, module_args, task_vars):
         name = module_name.rsplit(".", 1)[-1]
+        self.sent.append((name, copy.deepcopy(module_args)))
         what = name
         if name == "kv_trial" and "run_id" in module_args:
             self.run_ids.add(module_args["run_id"])
@@ -87,9 +95,11 @@ class Link(object):
         self.released = None
 
     def perform(self, step):
+        self.host.sent.append(("nodes", copy.deepcopy(step)))
         return self.host.answer("nodes " + step["nodes"], step)
 
     def release(self, message):
+        self.host.sent.append(("nodes", copy.deepcopy(message)))
         self.host.answer("nodes release", message)
         self.released = message
 
@@ -97,7 +107,7 @@ class Link(object):
 def run_case(case, monkeypatch):
     host = Host(case["host"])
     task = mock.MagicMock()
-    task.args = case.get("args") or {}
+    task.args = dict({"api_key": API_KEY}, **(case.get("args") or {}))
     task.async_val = False
     task.check_mode = bool(case.get("check_mode"))
     task._uuid = "task-uuid"
@@ -162,3 +172,8 @@ def test_kv_tune_action(case, monkeypatch):
         subset(case["released"], links[-1].released, "released")
     if case.get("run_id") is not None:
         assert host.run_ids == {case["run_id"]}
+    leaked = [where for where, what in [("result", result), ("said", said), ("warned", warned)] + host.sent
+              if where not in TAKE_THE_KEY and API_KEY in json.dumps(what, default=str)]
+    assert not leaked, "the API key reached %s" % leaked
+    if any(where == "sglang_ready" for where, _args in host.sent):   # the sweep has something to find
+        assert any(args.get("api_key") == API_KEY for where, args in host.sent if where == "sglang_ready")
