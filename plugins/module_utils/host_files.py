@@ -18,7 +18,10 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import shlex
 import stat
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import host_commands
 
 MAX_BYTES = 16 * 2 ** 20   # a config.json or a METADATA file is kilobytes; anything this large is not one
 
@@ -210,6 +213,29 @@ def unit_pids(control_group, roots=("/sys/fs/cgroup", "/sys/fs/cgroup/unified", 
         except (OSError, ValueError):
             continue
     return None
+
+
+def unit_variables(state, names):
+    """The values a unit's configuration gives the environment variables ``names``: systemd's Environment= property,
+    then each EnvironmentFile= over it, as systemd reads them (``state``: `systemctl show` with Environment and
+    EnvironmentFiles). Returns ({name: value} of those it sets, None), or (what was found, why the rest is unknown):
+    a file that root alone does not control is not read. Only ``names`` are read: the files hold the unit's secrets."""
+    found = {name: value for name, value in (item.split("=", 1) for item in shlex.split(state.get("Environment") or "")
+                                             if "=" in item) if name in names}
+    for path in host_commands.environment_files(state.get("EnvironmentFiles")):
+        path = path.lstrip("-")
+        try:
+            data, _info = read_trusted(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return found, "refusing to read %s: %s" % (path, exc)
+        text = data.decode("utf-8", "replace")
+        for name in names:
+            value = host_commands.environment_variable(text, name)
+            if value is not None:
+                found[name] = value
+    return found, None
 
 
 def process_start_time(pid, proc="/proc"):

@@ -289,6 +289,8 @@ class _PoolModel(object):
 
 
 _ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")   # environ.py EnvBool
+# The server's environment variables that change how SGLang sizes the pool (read from a unit's configuration).
+SIZING_VARIABLES = ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING",)
 
 
 def _post_capture_sizing(shape, o):

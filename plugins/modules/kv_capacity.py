@@ -93,7 +93,8 @@ options:
     type: bool
   environment:
     description:
-      - The server's environment variables (its unit's C(Environment=)); only those that change the sizing are read.
+      - The server's environment variables; only those that change the sizing are read. Default, with O(unit), what
+        the unit's C(Environment=) and root-controlled C(EnvironmentFile=) set (only those variables are read).
       - With C(SGLANG_ENABLE_POST_CAPTURE_KV_SIZING) on (SGLang 0.5.16 and later; on by default for Muse Spark in
         0.5.23), SGLang sizes the pool of a model without MLA after CUDA-graph capture, and the module fails
         saying so instead of predicting.
@@ -456,7 +457,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import parse_bool, parse_number
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import SIZING_VARIABLES, capacity
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import default_for_server_args
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import SystemctlError, unit_properties
@@ -612,14 +613,15 @@ def checkpoint_size(params, read=None):
     return None
 
 
-def model_reader(module, unit):
-    """How the model's files are read: as the unit's User= when a unit is given (its server wrote them, perhaps a
-    symlink to a root-only file), else model_config's own safe reader. Either way a regular file only, no symlink
-    followed by the kernel, no blocking open, bounded size (host_files)."""
+def model_reader(module, unit, warnings):
+    """How the model's files are read, and the unit's environment variables that change the sizing (SIZING_VARIABLES
+    of its Environment= and EnvironmentFile=; None without a unit). Files are read as the unit's User= when a unit is
+    given (its server wrote them, perhaps a symlink to a root-only file), else by model_config's own safe reader.
+    Either way a regular file only, no symlink followed by the kernel, no blocking open, bounded size (host_files)."""
     if not unit:
-        return None
+        return None, None
     try:
-        state = unit_properties(module, unit, ["User", "LoadState"])
+        state = unit_properties(module, unit, ["User", "LoadState", "Environment", "EnvironmentFiles"])
     except SystemctlError as exc:
         module.fail_json(msg="cannot tell the user of %s: %s" % (unit, exc))
     if state.get("LoadState") == "not-found":
@@ -627,7 +629,11 @@ def model_reader(module, unit):
     uid, gids = host_files.service_user(state.get("User"))
     if uid is None:
         module.fail_json(msg="%s runs as User=%s, which does not exist on the host" % (unit, state.get("User")))
-    return lambda path: host_files.read_as_user(os.path.abspath(path), uid, gids, MAX_CONFIG_BYTES)[0]
+    environment, problem = host_files.unit_variables(state, SIZING_VARIABLES)
+    if problem:
+        warnings.append("the environment of %s is not fully known (%s): %s is taken as unset"
+                        % (unit, problem, ", ".join(name for name in SIZING_VARIABLES if name not in environment)))
+    return (lambda path: host_files.read_as_user(os.path.abspath(path), uid, gids, MAX_CONFIG_BYTES)[0]), environment
 
 
 def main():
@@ -637,7 +643,8 @@ def main():
     untrusted = []
     try:
         inputs = merge_inputs(params)
-        read = model_reader(module, params["unit"])
+        read, unit_environment = model_reader(module, params["unit"], warnings)
+        environment = params["environment"] if params["environment"] is not None else unit_environment
         shape = model_shape(load_model_config(params["model_config"], read), dtype=params["dtype"])
         if inputs["mem_fraction_static"] is None:
             inputs["mem_fraction_static"], why = infer_fraction(inputs, shape, params["startup_facts"],
@@ -664,7 +671,7 @@ def main():
             max_mamba_cache_size=inputs["max_mamba_cache_size"],
             disable_radix_cache=bool(inputs["disable_radix_cache"]),
             chunked_prefill_size=inputs["chunked_prefill_size"],
-            disable_overlap_schedule=bool(inputs["disable_overlap_schedule"]), environment=params["environment"])
+            disable_overlap_schedule=bool(inputs["disable_overlap_schedule"]), environment=environment)
     except KvModelError as exc:
         module.fail_json(msg=str(exc))
     inputs["target_tokens"] = params["target_tokens"]

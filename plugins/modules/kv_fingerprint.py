@@ -253,7 +253,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust,
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import FingerprintError, fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
-    C_LOCALE, SystemctlError, environment_files, environment_variable, list_units, unit_properties)
+    C_LOCALE, SystemctlError, list_units, unit_properties)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import retune_reason
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import configured_gpus
 
@@ -387,21 +387,10 @@ class Fingerprint(object):
         return found["version"], found["metadata"]
 
     def visible_devices(self, state):
-        """CUDA_VISIBLE_DEVICES as the unit sets it: Environment=, then each EnvironmentFile= over it, as systemd
-        reads them; None when it does not. Only this variable is read: the files hold the unit's secrets. A file
-        that root alone does not control is not read, and the GPUs are then unknown (``False``)."""
-        found = dict(item.split("=", 1) for item in shlex.split(state.get("Environment") or "")
-                     if "=" in item).get("CUDA_VISIBLE_DEVICES")
-        for path in environment_files(state.get("EnvironmentFiles")):
-            try:
-                data, _info = host_files.read_trusted(path.lstrip("-"))
-            except FileNotFoundError:
-                continue
-            except OSError:
-                return False
-            value = environment_variable(data.decode("utf-8", "replace"), "CUDA_VISIBLE_DEVICES")
-            found = found if value is None else value
-        return found
+        """CUDA_VISIBLE_DEVICES as the unit sets it (host_files.unit_variables), None when it does not; ``False``
+        when an EnvironmentFile= that root alone does not control leaves it unknown."""
+        found, problem = host_files.unit_variables(state, ["CUDA_VISIBLE_DEVICES"])
+        return False if problem else found.get("CUDA_VISIBLE_DEVICES")
 
     def server_pids(self, control_group, main_pid):
         """The processes of the unit (its cgroup; the main process and its children when the cgroup is unreadable)."""

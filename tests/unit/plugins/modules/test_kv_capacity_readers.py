@@ -26,9 +26,10 @@ def _nobody():
         pytest.skip("no user nobody")
 
 
-def _show(user):
-    return [{"command": ["/usr/bin/systemctl", "show", "sglang.service", "--property=User,LoadState"],
-             "out": "User=%s\nLoadState=loaded\n" % user}]
+def _show(user, environment=""):
+    return [{"command": ["/usr/bin/systemctl", "show", "sglang.service",
+                         "--property=User,LoadState,Environment,EnvironmentFiles"],
+             "out": "User=%s\nLoadState=loaded\n%s" % (user, environment)}]
 
 
 def _model(root_dir):
@@ -88,3 +89,27 @@ def test_a_unit_that_does_not_exist_is_named(root_dir):
     case = _case(str(CONFIG), output={"failed": True, "msg": "sglang.service does not exist on the host"})
     case["mocks"]["run_command"][0]["out"] = "User=\nLoadState=not-found\n"
     uthelper.run_case(kv_capacity, case)
+
+
+@pytest.mark.parametrize("env_file, env_property, fails", [
+    ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1\nHF_TOKEN=hf_s3cret\n", "", True),
+    ("", "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=true", True),
+    ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=0\n", "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=true", False),   # the file wins
+    ("", "", False),
+])
+def test_the_units_environment_decides_post_capture_sizing(root_dir, env_file, env_property, fails):
+    model = _model(root_dir)
+    shutil.copy(CONFIG, os.path.join(model, "config.json"))
+    os.chmod(os.path.join(model, "config.json"), 0o644)
+    path = os.path.join(root_dir, "sglang.env")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(env_file)
+    os.chmod(path, 0o600)
+    environment = "Environment=%s\nEnvironmentFiles=%s (ignore_errors=no)\n" % (env_property, path)
+    case = {"id": "environment", "input": dict(ARGS, model_config=model, unit="sglang.service", sglang_version="0.5.23"),
+            "mocks": {"run_command": _show("nobody", environment)},
+            "output": {"failed": True, "msg": "sizes the KV pool after CUDA-graph capture"} if fails else {}}
+    result = uthelper.run_case(kv_capacity, case)
+    assert "hf_s3cret" not in json.dumps(result)
+    if not fails:
+        assert result["max_total_num_tokens"] > 0
