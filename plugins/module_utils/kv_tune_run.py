@@ -30,7 +30,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings i
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import (
     failed_start, first_value, plan_start, safe_start)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import (
-    combine_units, neighbours, other_gib, target_label, unit_gpus, unit_outcome)
+    combine_units, neighbours, other_gib, outside_bytes, target_label, unit_gpus, unit_outcome)
 
 # Before the search each settling step changes one thing (restart a stale server, revert a pending trial, disarm
 # timers) and asks again; more than these in a row is a unit that does not settle.
@@ -43,13 +43,15 @@ def fingerprint_args(args, unit=None):
     return {"unit": unit or args["unit"], "model_revision": args["model_revision"], "require_running": False}
 
 
-def ready_call(args, unit, url, invocation_id=None, may_fail=False, gpus=None):
+def ready_call(args, unit, url, invocation_id=None, may_fail=False, gpus=None, also_units=()):
     """sglang_ready on ``unit`` (answering at ``url``) with the run's timeout and interval; with ``gpus``, watching
-    what other processes hold on them while it starts."""
+    what processes other than those of the unit and ``also_units`` hold on them while it starts."""
     ready_args = {"url": url, "unit": unit, "api_key": args["api_key"], "timeout": args["ready_timeout"],
                   "interval": args["ready_interval"], "invocation_id": invocation_id}
     if gpus:
         ready_args["gpus"] = gpus
+        if also_units:
+            ready_args["also_units"] = list(also_units)
     return call("sglang_ready", ready_args, may_fail=may_fail)
 
 
@@ -178,7 +180,9 @@ class UnitRun(NodeSteps):
         return call("kv_fingerprint", fingerprint_args(self.args, unit))
 
     def _ready(self, invocation_id=None, unit=None, url=None, may_fail=False, gpus=None):
-        return ready_call(self.args, unit or self.args["unit"], url or self.url, invocation_id, may_fail, gpus)
+        # The neighbours' processes are theirs, not another process's: the joint load judges what they hold.
+        return ready_call(self.args, unit or self.args["unit"], url or self.url, invocation_id, may_fail, gpus,
+                          sorted(self.neighbours) if gpus else ())
 
     def _load(self):
         """kv_stress with every neighbour loaded at the same time; a module failure is a load that did not hold."""
@@ -330,7 +334,8 @@ class UnitRun(NodeSteps):
             yield say(plan["line"])
             return dict(self._report("would_tune", plan["why"], plan["line"], info), changed=False)
         yield from self._lock()
-        self.first_other = {gpu["index"]: gpu.get("other_bytes") or 0 for gpu in info.get("gpu_memory") or []}
+        self.first_other = outside_bytes(info.get("gpu_memory"), [found.get("gpu_memory")
+                                                                  for found in self.neighbours.values()])
         tuner = yield from self._tuner(info, model, safe, plan)
         return (yield from self._search(tuner, info))
 

@@ -73,6 +73,17 @@ def _visible_index(entry, gpu_uuids):
     return found[0] if len(found) == 1 else None
 
 
+def outside_bytes(gpu_memory, neighbour_memory=()):
+    """GPU index -> the bytes that processes other than the unit's and its neighbours' hold there, from the unit's
+    kv_fingerprint ``gpu_memory`` and each neighbour's (whose ``server_bytes`` the unit's ``other_bytes`` count)."""
+    out = {gpu["index"]: gpu.get("other_bytes") or 0 for gpu in gpu_memory or []}
+    for memory in neighbour_memory:
+        for gpu in memory or []:
+            if gpu["index"] in out:
+                out[gpu["index"]] = max(0, out[gpu["index"]] - (gpu.get("server_bytes") or 0))
+    return out
+
+
 def other_gib(gpu_memory):
     """GiB that other processes hold on the unit's GPUs (every GPU when none is known to be the unit's), from
     kv_fingerprint's ``gpu_memory``; None when it is not known."""

@@ -66,6 +66,13 @@ options:
         and the startup log may not show it.
     type: list
     elements: int
+  also_units:
+    description:
+      - With O(gpus), units whose processes count as the server's on those GPUs - the servers that share them and
+        are loaded with it, whose own memory the caller watches otherwise.
+    type: list
+    elements: str
+    default: []
   nvidia_smi:
     description: Path of nvidia-smi for O(gpus) (found on PATH when unset).
     type: path
@@ -150,20 +157,23 @@ WATCH_INTERVAL_S = 0.25
 
 
 class Watch(threading.Thread):
-    """While the server starts: what processes outside the unit hold on its GPUs (boot_trust.add_sample). The
-    unit's processes are its cgroup's, read at every sample, as the server forks its ranks while it starts."""
+    """While the server starts: what processes outside the unit (and ``control_groups[1:]``, its neighbours) hold on
+    its GPUs (boot_trust.add_sample). The processes are the cgroups', read at every sample, as the server forks its
+    ranks while it starts."""
 
-    def __init__(self, sample, gpus, control_group):
+    def __init__(self, sample, gpus, control_groups):
         super().__init__(daemon=True)
-        self.sample, self.gpus, self.control_group = sample, set(gpus), control_group
+        self.sample, self.gpus, self.control_groups = sample, set(gpus), [group for group in control_groups if group]
         self.seen, self.samples, self.error = {}, 0, None
         self.done = threading.Event()
 
     def run(self):
         while not self.done.is_set():
             try:
-                pids = host_files.unit_pids(self.control_group) if self.control_group else None
+                pids = host_files.unit_pids(self.control_groups[0]) if self.control_groups else None
                 if pids is not None:   # None: between two starts, nothing of the unit runs to tell apart
+                    for group in self.control_groups[1:]:
+                        pids |= host_files.unit_pids(group) or set()
                     boot_trust.add_sample(self.seen, self.sample(), self.gpus, pids)
                     self.samples += 1
             except (OSError, GpuProbeError) as exc:
@@ -217,6 +227,7 @@ def main() -> None:
             interval=dict(type="float", default=2),
             check=dict(type="str", choices=["generate", "health_generate"], default="generate"),
             gpus=dict(type="list", elements="int"),
+            also_units=dict(type="list", elements="str", default=[]),
             nvidia_smi=dict(type="path"),
             prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
         ),
@@ -239,7 +250,7 @@ def main() -> None:
 
         sample = free_memory_sampler(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
                                      which=module.get_bin_path, processes=True)
-        watch = Watch(sample, params["gpus"], _control_group(module, unit))
+        watch = Watch(sample, params["gpus"], [_control_group(module, name) for name in [unit] + params["also_units"]])
         watch.start()
 
     def stop(ready, reason, detail, state=None):

@@ -646,3 +646,10 @@ def test_the_canary_of_a_class_is_a_host_whose_gpus_hold_nothing_else():
 ])
 def test_other_processes_memory_on_the_units_gpus(gpu_memory, expected):
     assert kv_tune_units.other_gib(gpu_memory) == expected
+
+
+def test_memory_outside_a_unit_and_its_neighbours():
+    mine = [dict(gpu(0, 60), other_bytes=52), dict(gpu(1, 60), other_bytes=2)]
+    neighbour = [gpu(0, 50), gpu(1, 0), gpu(2, 70)]
+    assert kv_tune_units.outside_bytes(mine, [neighbour]) == {0: 2, 1: 2}
+    assert kv_tune_units.outside_bytes(mine) == {0: 52, 1: 2} and kv_tune_units.outside_bytes(None, [None]) == {}

@@ -33,7 +33,7 @@ def test_the_start_watch_reads_the_units_cgroup_at_every_sample(monkeypatch):
         except StopIteration:
             raise sglang_ready.GpuProbeError("nvidia-smi is gone") from None
 
-    watch = sglang_ready.Watch(sample, [0], "/system.slice/sglang.service")
+    watch = sglang_ready.Watch(sample, [0], ["/system.slice/sglang.service"])
     watch.start()
     watch.join(5)   # it stops at the first error
     assert watch.result() == {
@@ -45,6 +45,26 @@ def test_the_start_watch_reads_the_units_cgroup_at_every_sample(monkeypatch):
 
 def test_a_watch_without_a_sample_says_nothing_was_seen(monkeypatch):
     monkeypatch.setattr(sglang_ready.host_files, "unit_pids", lambda group: None)
-    watch = sglang_ready.Watch(lambda: [], [0], "/system.slice/sglang.service")
+    watch = sglang_ready.Watch(lambda: [], [0], ["/system.slice/sglang.service"])
     watch.start()
     assert watch.result() == {"other_memory_seen": None, "watch": {"samples": 0, "error": None}}
+
+
+def test_the_neighbours_that_share_the_gpus_count_as_the_servers(monkeypatch):
+    groups = {"/system.slice/system-sglang.slice/sglang@a.service": {100},
+              "/system.slice/system-sglang.slice/sglang@b.service": {200}}
+    monkeypatch.setattr(sglang_ready.host_files, "unit_pids", groups.get)
+    samples = iter([[gpu(0, (100, 2 ** 34), (200, 50 * 2 ** 30), (91000, 2 ** 30))]])
+
+    def sample():
+        try:
+            return next(samples)
+        except StopIteration:
+            raise sglang_ready.GpuProbeError("done") from None
+
+    watch = sglang_ready.Watch(sample, [0], list(groups))
+    watch.start()
+    watch.join(5)
+    seen = watch.result()["other_memory_seen"]
+    assert seen == [{"gpu": 0, "min_bytes": 2 ** 30, "max_bytes": 2 ** 30,
+                     "processes": [{"pid": 91000, "name": "python3", "max_bytes": 2 ** 30}]}]
