@@ -293,6 +293,13 @@ _ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")   #
 SIZING_VARIABLES = ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING",)
 
 
+def post_capture_sizing(shape, sglang_version, environment):
+    """Whether SGLang ``sglang_version`` sizes this model's pool after CUDA-graph capture, with the server's
+    ``environment`` (SIZING_VARIABLES it sets): then A - P x (1 - f) is not what sizes it. KvModelError for a value
+    SGLang rejects."""
+    return _post_capture_sizing(shape, CapacityOptions({"sglang_version": sglang_version, "environment": environment}))
+
+
 def _post_capture_sizing(shape, o):
     """True when SGLang sizes the KV pool after CUDA-graph capture (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, from
     0.5.16; on by default for Muse Spark in 0.5.23); it skips MLA models. KvModelError for a value SGLang rejects."""

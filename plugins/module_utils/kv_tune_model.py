@@ -9,10 +9,12 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import kv_base, kv
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import TuneError
 
 
-def model_inputs(config, memory_args, sglang_version):
+def model_inputs(config, memory_args, sglang_version, environment=None):
     """What the formula needs of the model, from config.json (as data) and the fingerprint's memory args: the KV
-    cell per GPU (bytes per token), the page size and the multimodal reservation. None without a config (a Hub id
-    the host has no copy of). A model the formula cannot read fails here, before anything restarts."""
+    cell per GPU (bytes per token), the page size, the multimodal reservation, and whether SGLang sizes the pool
+    after CUDA-graph capture with the unit's ``environment`` (then no formula predicts it: every value is measured).
+    None without a config (a Hub id the host has no copy of). A model the formula cannot read fails here, before
+    anything restarts."""
     if config is None:
         return None
     args = memory_args or {}
@@ -23,10 +25,11 @@ def model_inputs(config, memory_args, sglang_version):
             enable_dp_attention=bool(args.get("enable_dp_attention")), kv_cache_dtype=args.get("kv_cache_dtype") or "auto",
             sglang_version=sglang_version, speculative_algorithm=args.get("speculative_algorithm"))
         mm_gib = kv_capacity_report.mm_reservation_gib(shape, sglang_version)
+        after_capture = kv_capacity_report.post_capture_sizing(shape, sglang_version, environment or {})
     except kv_base.KvModelError as exc:
         raise TuneError("the model cannot be tuned: %s. Nothing was restarted." % exc) from None
     return {"cell_size_bytes": cell, "page_size": args.get("page_size") or 1, "mm_reservation_gib": mm_gib,
-            "hybrid_state": shape.linear_state is not None}
+            "hybrid_state": shape.linear_state is not None, "post_capture_sizing": after_capture}
 
 
 def effective_memory(boot):

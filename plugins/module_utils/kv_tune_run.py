@@ -173,6 +173,7 @@ class UnitRun(NodeSteps):
         self.locked = False     # this run holds the unit's lock (the action releases it whatever happens)
         self.lock_held = lock_held  # the caller (rollout.yml) holds the lock as run_id, and releases it itself
         self.changed = False
+        self.sizing = "A - P x (1 - f)"   # how SGLang sizes the pool: its formula, or after CUDA-graph capture
 
     # -- module calls --------------------------------------------------------------------------------------------
 
@@ -307,7 +308,8 @@ class UnitRun(NodeSteps):
                 break
             if plan["do"] != "disarm" and info.get("fingerprint"):
                 # A model the formula cannot read would fail the tune after this restart: fail before it.
-                model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"])
+                model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"],
+                             info.get("sizing_environment"))
             yield from self._lock()
             yield say("%s: %s" % (self.label, plan["why"]))
             if plan["do"] == "disarm":
@@ -329,7 +331,13 @@ class UnitRun(NodeSteps):
                 raise RunFailed("%s did not settle before the search (%s)" % (settings["unit"], plan.get("why")))
         self.url = info["url"] or self.url
         # The formula must know the model (attention, dtype) before anything restarts: an unknown one fails here.
-        model = model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"])
+        model = model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"],
+                             info.get("sizing_environment"))
+        if model and model["post_capture_sizing"]:
+            self.sizing = "after CUDA-graph capture"
+            yield say("%s: SGLang %s sizes the KV pool of %s after CUDA-graph capture (SGLANG_ENABLE_POST_CAPTURE_KV_"
+                      "SIZING), from what is free then: no formula predicts it, every value is measured"
+                      % (self.label, info.get("sglang_version") or "(newest)", settings["unit"]))
         if safe is None and plan["dry_run"]:
             yield say(plan["line"])
             return dict(self._report("would_tune", plan["why"], plan["line"], info), changed=False)
@@ -452,6 +460,7 @@ class UnitRun(NodeSteps):
             if was_trial:
                 yield say(tuner.progress_line())
         result = tuner.result(step["status"], started, self.clock(), (info["fingerprint"] or {}).get("versions"))
+        result["kv_sizing"] = self.sizing
         line = result_line(result)
         yield say(line)
         out = {"changed": True, "status": step["status"], "why": tuner.reason, "line": line, "pin": info["pin"],

@@ -142,6 +142,14 @@ configured_gpus:
   type: list
   elements: int
   sample: [0, 1, 2, 3]
+sizing_environment:
+  description:
+    - The environment variables of the unit that change how SGLang sizes the KV pool
+      (C(SGLANG_ENABLE_POST_CAPTURE_KV_SIZING)), as its C(Environment=) and root-controlled C(EnvironmentFile=) set
+      them; only those are read. V(null) when there is no fingerprint.
+  returned: success
+  type: dict
+  sample: {"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "1"}
 fingerprint_error:
   description: Why a stopped unit could not be fingerprinted (a running one fails instead).
   returned: when the unit does not run and cannot be fingerprinted
@@ -254,6 +262,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_properties)
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import SIZING_VARIABLES
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import retune_reason
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import configured_gpus
 
@@ -263,7 +272,7 @@ _UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "Invocati
 _NO_FINGERPRINT = dict(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
                        api_key_set=None, url=None, model_path=None, model_config=None, config=None, checkpoint_bytes=None,
                        sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, configured_gpus=None,
-                       source=None)
+                       sizing_environment=None, source=None)
 
 
 def read_argv(pid):
@@ -507,9 +516,10 @@ def describe(module, fp_reader, state, argv, started, pid):
         raise Unavailable("cannot fingerprint %s: %s" % (unit, exc)) from None
     server_pids = fp_reader.server_pids(state.get("ControlGroup") or "", pid) if pid else set()
     visible = fp_reader.visible_devices(state)
+    sizing_environment = host_files.unit_variables(state, SIZING_VARIABLES)[0]
     gpus_given = None if visible is False else configured_gpus(
         args, {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}, [gpu.get("uuid") for gpu in gpus["gpus"]])
-    return dict(configured_gpus=gpus_given, fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args, mem_fraction_static=mfs,
+    return dict(configured_gpus=gpus_given, sizing_environment=sizing_environment, fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args, mem_fraction_static=mfs,
                 api_key_set=args.get("api_key") is not None, url=sa.probe_url(args), model_path=model_path,
                 model_config=config_path, config=config, sglang_version=version, sglang_metadata=metadata,
                 checkpoint_bytes=fp_reader.checkpoint_bytes(model_path, uid, gids),
