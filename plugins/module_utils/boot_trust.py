@@ -111,9 +111,9 @@ def add_sample(seen, gpus, indices, server_pids):
     return seen
 
 
-def start_findings(seen, before):
-    """Sentences for memory outside the server that appeared or went away on its GPUs while it started (an empty
-    list when nothing moved). ``seen``: sglang_ready's ``other_memory_seen`` (a list of :func:`add_sample`'s
+def start_findings(seen, before, during="while the server started"):
+    """Sentences for memory outside the server that appeared or went away on its GPUs ``during`` its start or its
+    load (an empty list when nothing moved). ``seen``: sglang_ready's ``other_memory_seen`` (a list of :func:`add_sample`'s
     entries, processes as a list); ``before``: GPU index -> the bytes other processes held there at the run's first
     look (kv_fingerprint's ``gpu_memory``); a GPU it does not know counts as 0."""
     found = []
@@ -122,11 +122,11 @@ def start_findings(seen, before):
         if entry["max_bytes"] - was > WATCH_SLACK_GIB * GIB:
             procs = sorted(entry.get("processes") or [], key=lambda proc: -proc["max_bytes"])
             who = ", ".join("pid %s %s" % (proc["pid"], proc.get("name") or "?") for proc in procs[:3])
-            found.append("another process held up to %.2f GiB on GPU %d while the server started (%s), against %.2f "
-                         "GiB at the first look: P, A and the pool of this start are not what the next start will see"
-                         % (entry["max_bytes"] / GIB, entry["gpu"], who or "?", was / GIB))
+            found.append("another process held up to %.2f GiB on GPU %d %s (%s), against %.2f GiB at the first "
+                         "look: P, A and the pool of this start are not what the next start will see"
+                         % (entry["max_bytes"] / GIB, entry["gpu"], during, who or "?", was / GIB))
         elif was - entry["min_bytes"] > WATCH_SLACK_GIB * GIB:
-            found.append("memory other processes held on GPU %d at the first look (%.2f GiB) was given back while the "
-                         "server started (%.2f GiB at the least): this start had memory the next one may not have"
-                         % (entry["gpu"], was / GIB, entry["min_bytes"] / GIB))
+            found.append("memory other processes held on GPU %d at the first look (%.2f GiB) was given back %s "
+                         "(%.2f GiB at the least): this start had memory the next one may not have"
+                         % (entry["gpu"], was / GIB, during, entry["min_bytes"] / GIB))
     return found

@@ -190,7 +190,9 @@ class UnitRun(NodeSteps):
         stress = yield call("kv_stress", {
             "url": self.url, "api_key": self.args["api_key"], "fill_ratio": self.args["stress_fill_ratio"],
             "duration": self.args["stress_duration"], "gpus": self.gpus,
-            "also_urls": [found["url"] for found in self.neighbours.values() if found.get("url")]}, may_fail=True)
+            "also_urls": [found["url"] for found in self.neighbours.values() if found.get("url")],
+            # what another process takes or gives back on the GPUs during the load moves the headroom measured
+            "watch_units": [self.args["unit"]] + sorted(self.neighbours) if self.gpus else []}, may_fail=True)
         return {"held": False, "failure_reason": stress.get("msg")} if stress.get("failed") else stress
 
     def _boot(self):
@@ -484,6 +486,7 @@ class UnitRun(NodeSteps):
         running = yield self._fingerprint()
         boot = yield from self._boot()
         moved = start_findings(ready.get("other_memory_seen"), self.first_other) if started else []
+        moved += start_findings((stress or {}).get("other_memory_seen"), self.first_other, "during the load")
         if moved:
             boot = dict(boot, untrusted=list(boot.get("untrusted") or []) + moved)
         if self.ranks is not None:

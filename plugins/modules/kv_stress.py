@@ -91,6 +91,15 @@ options:
       - Not set, every GPU of the host is sampled.
     type: list
     elements: int
+  watch_units:
+    description:
+      - With O(gpus), the systemd units whose processes are the servers on those GPUs (the loaded one first, then
+        its neighbours); meanwhile the GPUs' compute processes are watched every second, and what processes outside
+        those units hold there is returned (RV(other_memory_seen)). Memory another process takes or gives back
+        during the load changes the headroom measured.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - llmserve.sglang.gpu_probe
 seealso:
@@ -120,6 +129,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+other_memory_seen:
+  description:
+    - With O(watch_units), per GPU of O(gpus), the least and most bytes that processes outside those units held there
+      during the load, and those processes; V(null) when not watched or no sample was taken.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"gpu": 0, "min_bytes": 0, "max_bytes": 2147483648,
+            "processes": [{"pid": 91000, "name": "python3", "max_bytes": 2147483648}]}]
 held:
   description: Whether every request was answered and the server was alive at the end.
   returned: success
@@ -224,6 +242,7 @@ import threading
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import PREFER_CHOICES, free_memory_sampler
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import start_watch
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import KvStressError, merge_runs, run_stress
 
@@ -244,6 +263,7 @@ def build_module() -> AnsibleModule:
             prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
             seed=dict(type="int"),
             gpus=dict(type="list", elements="int"),
+            watch_units=dict(type="list", elements="str", default=[]),
             also_urls=dict(type="list", elements="str", default=[]),
         ),
         mutually_exclusive=[("duration", "rounds")],
@@ -282,6 +302,9 @@ def main() -> None:
         except KvStressError as exc:
             others[url] = {"held": False, "failure_reason": str(exc)}
 
+    # Once a second: the load's own sampler already asks for the memory ten times as often.
+    watch = start_watch(module, params["gpus"], params["watch_units"], interval=1.0) \
+        if params["gpus"] and params["watch_units"] else None
     threads = [threading.Thread(target=load_other, args=(url,), daemon=True) for url in params["also_urls"]]
     for thread in threads:
         thread.start()
@@ -294,6 +317,7 @@ def main() -> None:
             thread.join()
     if params["also_urls"]:
         result = merge_runs(result, others)
+    result["other_memory_seen"] = watch.result()["other_memory_seen"] if watch else None
     module.exit_json(changed=False, **result)
 
 

@@ -141,54 +141,14 @@ watch:
 """
 
 import json
-import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust, host_files
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import (
-    PREFER_CHOICES, GpuProbeError, free_memory_sampler)
-from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
-    C_LOCALE, SystemctlError, unit_properties)
-
-WATCH_INTERVAL_S = 0.25
-
-
-class Watch(threading.Thread):
-    """While the server starts: what processes outside the unit (and ``control_groups[1:]``, its neighbours) hold on
-    its GPUs (boot_trust.add_sample). The processes are the cgroups', read at every sample, as the server forks its
-    ranks while it starts."""
-
-    def __init__(self, sample, gpus, control_groups):
-        super().__init__(daemon=True)
-        self.sample, self.gpus, self.control_groups = sample, set(gpus), [group for group in control_groups if group]
-        self.seen, self.samples, self.error = {}, 0, None
-        self.done = threading.Event()
-
-    def run(self):
-        while not self.done.is_set():
-            try:
-                pids = host_files.unit_pids(self.control_groups[0]) if self.control_groups else None
-                if pids is not None:   # None: between two starts, nothing of the unit runs to tell apart
-                    for group in self.control_groups[1:]:
-                        pids |= host_files.unit_pids(group) or set()
-                    boot_trust.add_sample(self.seen, self.sample(), self.gpus, pids)
-                    self.samples += 1
-            except (OSError, GpuProbeError) as exc:
-                self.error = str(exc)
-                return
-            self.done.wait(WATCH_INTERVAL_S)
-
-    def result(self):
-        self.done.set()
-        self.join(5)
-        seen = [dict(entry, processes=sorted(entry["processes"].values(), key=lambda proc: proc["pid"]))
-                for _index, entry in sorted(self.seen.items())]
-        return {"other_memory_seen": seen if self.samples else None,
-                "watch": {"samples": self.samples, "error": self.error}}
-
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import PREFER_CHOICES
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import start_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import SystemctlError, unit_properties
 
 def unit_state(module, unit):
     """The unit's state, or {} when it cannot be read (the HTTP probe alone then decides)."""
@@ -243,15 +203,7 @@ def main() -> None:
         # The start to wait for, not whatever runs now: a start in between (a revert, anyone's restart) counts.
         first["InvocationID"] = params["invocation_id"]
 
-    watch = None
-    if unit and params["gpus"]:
-        def run_command(argv):
-            return module.run_command(argv, environ_update=C_LOCALE)
-
-        sample = free_memory_sampler(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"],
-                                     which=module.get_bin_path, processes=True)
-        watch = Watch(sample, params["gpus"], [_control_group(module, name) for name in [unit] + params["also_units"]])
-        watch.start()
+    watch = start_watch(module, params["gpus"], [unit] + params["also_units"]) if unit and params["gpus"] else None
 
     def stop(ready, reason, detail, state=None):
         watched = watch.result() if watch else {"other_memory_seen": None, "watch": None}
@@ -274,13 +226,6 @@ def main() -> None:
         if time.monotonic() - start + params["interval"] > params["timeout"]:
             stop(False, "timeout", last_error)
         time.sleep(params["interval"])
-
-
-def _control_group(module, unit):
-    try:
-        return unit_properties(module, unit, ["ControlGroup"]).get("ControlGroup") or None
-    except SystemctlError:
-        return None
 
 
 def _restarted(first, now):
