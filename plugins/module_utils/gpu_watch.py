@@ -25,7 +25,7 @@ class Watch(threading.Thread):
         super().__init__(daemon=True)
         self.interval = WATCH_INTERVAL_S if interval is None else interval
         self.sample, self.gpus, self.control_groups = sample, set(gpus), [group for group in control_groups if group]
-        self.seen, self.samples, self.error = {}, 0, None
+        self.seen, self.samples, self.error, self.known = {}, 0, None, set()
         self.done = threading.Event()
 
     def run(self):
@@ -35,7 +35,10 @@ class Watch(threading.Thread):
                 if pids is not None:   # None: between two starts, nothing of the unit runs to tell apart
                     for group in self.control_groups[1:]:
                         pids |= host_files.unit_pids(group) or set()
-                    boot_trust.add_sample(self.seen, self.sample(), self.gpus, pids)
+                    # Once a unit's, a process stays its own: one that is exiting leaves the cgroup while NVML may
+                    # still list its memory for a moment.
+                    self.known |= pids
+                    boot_trust.add_sample(self.seen, self.sample(), self.gpus, self.known)
                     self.samples += 1
             except (OSError, GpuProbeError) as exc:
                 self.error = str(exc)

@@ -59,3 +59,21 @@ def test_the_neighbours_that_share_the_gpus_count_as_the_servers(monkeypatch):
     seen = watch.result()["other_memory_seen"]
     assert seen == [{"gpu": 0, "min_bytes": 2 ** 30, "max_bytes": 2 ** 30,
                      "processes": [{"pid": 91000, "name": "python3", "max_bytes": 2 ** 30}]}]
+
+
+def test_a_process_that_left_the_units_cgroup_is_still_the_units(monkeypatch):
+    # The old server exits during a restart: out of the cgroup first, its memory listed by NVML a moment longer.
+    cgroups = iter([{100}, {200}])
+    monkeypatch.setattr(gpu_watch.host_files, "unit_pids", lambda group: next(cgroups, {200}))
+    samples = iter([[gpu(0, (100, 2 ** 35))], [gpu(0, (100, 2 ** 35), (200, 2 ** 30))]])
+
+    def sample():
+        try:
+            return next(samples)
+        except StopIteration:
+            raise gpu_watch.GpuProbeError("done") from None
+
+    watch = gpu_watch.Watch(sample, [0], ["/system.slice/sglang.service"], interval=0)
+    watch.start()
+    watch.join(5)
+    assert watch.result()["other_memory_seen"] == [{"gpu": 0, "min_bytes": 0, "max_bytes": 0, "processes": []}]
