@@ -13,7 +13,8 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import G
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
     C_LOCALE, SystemctlError, unit_properties)
 
-WATCH_INTERVAL_S = 0.25
+# Once a second: a start or a load lasts minutes, and each nvidia-smi sample costs the host a process start.
+WATCH_INTERVAL_S = 1.0
 
 
 class Watch(threading.Thread):

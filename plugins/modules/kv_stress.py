@@ -302,9 +302,8 @@ def main() -> None:
         except KvStressError as exc:
             others[url] = {"held": False, "failure_reason": str(exc)}
 
-    # Once a second: the load's own sampler already asks for the memory ten times as often.
-    watch = start_watch(module, params["gpus"], params["watch_units"], interval=1.0) \
-        if params["gpus"] and params["watch_units"] else None
+    watch = start_watch(module, params["gpus"], params["watch_units"]) if params["gpus"] and params["watch_units"] \
+        else None
     threads = [threading.Thread(target=load_other, args=(url,), daemon=True) for url in params["also_urls"]]
     for thread in threads:
         thread.start()

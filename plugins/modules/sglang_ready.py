@@ -60,7 +60,7 @@ options:
     default: generate
   gpus:
     description:
-      - With O(unit), the GPUs (indices) to watch while waiting, every 0.25 s through NVML or nvidia-smi - the
+      - With O(unit), the GPUs (indices) to watch while waiting, every second through NVML or nvidia-smi - the
         least and most memory that compute processes outside the unit's cgroup hold on each (RV(other_memory_seen)).
         Memory another process takes or gives back while SGLang measures its free memory changes the pool it sizes,
         and the startup log may not show it.

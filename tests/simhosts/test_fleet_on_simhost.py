@@ -5,9 +5,11 @@
 with Kimi-K2.5 (the field case) and two 8x H100 with Llama-3.1-70B, deployed by site.yml. The member of each class
 differs from its canary in what the fingerprint does not see:
 
-- on simfleet2 another process holds 8 GiB of GPU 3 (an exporter, a stray notebook). SGLang sizes the pool from
+- on simfleet1 another process holds 8 GiB of GPU 3 (an exporter, a stray notebook). SGLang sizes the pool from
   the least free GPU before the weights (P), so the process costs pool, and only 8 GiB x (1 - f) of headroom
-  under the load: within SGLang's balance limit (10%) the class's value less one step still holds there;
+  under the load: within SGLang's balance limit (10%) the class's value less one step still holds there. It is
+  the first host of its class, but a canary is a host whose GPUs hold nothing else: simfleet2 searches for the
+  class (a canary found on the held GPU would give every member a value two steps below its own);
 - on simfleet4 the workspaces that SGLang allocates after the pool take 1.5 GiB more per GPU (as a different
   CUBLAS_WORKSPACE_CONFIG would): the headroom itself is gone, the class's value fails the margin, and the host
   searches on its own.
@@ -29,7 +31,7 @@ PREFIX = "simfleet"
 PROFILES = ["field", "field", "h100-llama70b", "h100-llama70b"]
 HOSTS = ["%s%d" % (PREFIX, number) for number in range(1, len(PROFILES) + 1)]
 CLASSES = {"field": HOSTS[:2], "h100-llama70b": HOSTS[2:]}
-HELD = HOSTS[1]      # another process holds 8 GiB of one GPU
+HELD = HOSTS[0]      # another process holds 8 GiB of one GPU: not its class's canary, though it comes first
 ODD = HOSTS[3]       # 1.5 GiB more of workspaces after the pool
 RES = 0.005
 # A start above what the GPUs hold (its CUDA-graph capture or the load runs out of memory): from there a search
@@ -91,7 +93,8 @@ def test_per_class_searches_one_canary_per_class_and_verifies_the_others(fleet, 
     results = {host: report(tmp_path, host) for host in HOSTS}
     SPENT["per_class"] = ({host: results[host]["restarts"] for host in HOSTS}, wall)
     for hosts in CLASSES.values():
-        canary, members = hosts[0], hosts[1:]
+        canary = [host for host in hosts if host != HELD][0]
+        members = [host for host in hosts if host != canary]
         assert "%s: canary of class" % canary in run.stdout
         assert results[canary]["verify"] is None and results[canary]["restarts"] >= 2, results[canary]["trials"]
         canary_value = results[canary]["after"]["mem_fraction_static"]
