@@ -55,7 +55,6 @@ class Watch(threading.Thread):
                 "watch": {"samples": self.samples, "error": self.error}}
 
 
-
 def control_group(module, unit):
     """A unit's ControlGroup property, None when it cannot be read."""
     try:

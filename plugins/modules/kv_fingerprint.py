@@ -519,7 +519,8 @@ def describe(module, fp_reader, state, argv, started, pid):
     sizing_environment = host_files.unit_variables(state, SIZING_VARIABLES)[0]
     gpus_given = None if visible is False else configured_gpus(
         args, {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}, [gpu.get("uuid") for gpu in gpus["gpus"]])
-    return dict(configured_gpus=gpus_given, sizing_environment=sizing_environment, fingerprint=fp, fingerprint_hash=fingerprint_hash(fp), server_args=args, mem_fraction_static=mfs,
+    return dict(configured_gpus=gpus_given, sizing_environment=sizing_environment, fingerprint=fp,
+                fingerprint_hash=fingerprint_hash(fp), server_args=args, mem_fraction_static=mfs,
                 api_key_set=args.get("api_key") is not None, url=sa.probe_url(args), model_path=model_path,
                 model_config=config_path, config=config, sglang_version=version, sglang_metadata=metadata,
                 checkpoint_bytes=fp_reader.checkpoint_bytes(model_path, uid, gids),

@@ -150,6 +150,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import P
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import start_watch
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import SystemctlError, unit_properties
 
+
 def unit_state(module, unit):
     """The unit's state, or {} when it cannot be read (the HTTP probe alone then decides)."""
     try:

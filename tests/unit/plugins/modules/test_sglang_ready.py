@@ -13,4 +13,3 @@ from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthel
 @pytest.mark.parametrize("case", uthelper.cases(__file__))
 def test_sglang_ready(case):
     uthelper.run_case(sglang_ready, case)
-
