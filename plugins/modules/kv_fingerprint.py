@@ -395,12 +395,6 @@ class Fingerprint(object):
                               % (found["version"], _utc(found["stat"])))
         return found["version"], found["metadata"]
 
-    def visible_devices(self, state):
-        """CUDA_VISIBLE_DEVICES as the unit sets it (host_files.unit_variables), None when it does not; ``False``
-        when an EnvironmentFile= that root alone does not control leaves it unknown."""
-        found, problem = host_files.unit_variables(state, ["CUDA_VISIBLE_DEVICES"])
-        return False if problem else found.get("CUDA_VISIBLE_DEVICES")
-
     def server_pids(self, control_group, main_pid):
         """The processes of the unit (its cgroup; the main process and its children when the cgroup is unreadable)."""
         return host_files.unit_pids(control_group) or {main_pid}
@@ -515,10 +509,13 @@ def describe(module, fp_reader, state, argv, started, pid):
     except (GpuProbeError, FingerprintError, sa.ServerArgsError) as exc:
         raise Unavailable("cannot fingerprint %s: %s" % (unit, exc)) from None
     server_pids = fp_reader.server_pids(state.get("ControlGroup") or "", pid) if pid else set()
-    visible = fp_reader.visible_devices(state)
-    sizing_environment = host_files.unit_variables(state, SIZING_VARIABLES)[0]
-    gpus_given = None if visible is False else configured_gpus(
-        args, {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}, [gpu.get("uuid") for gpu in gpus["gpus"]])
+    # One read of the unit's environment (its files hold secrets: only these variables are taken from them).
+    environment, problem = host_files.unit_variables(state, ("CUDA_VISIBLE_DEVICES",) + SIZING_VARIABLES)
+    sizing_environment = {name: environment[name] for name in SIZING_VARIABLES if name in environment}
+    # An EnvironmentFile= that root alone does not control leaves CUDA_VISIBLE_DEVICES, and so the GPUs, unknown.
+    gpus_given = None if problem else configured_gpus(
+        args, {name: environment[name] for name in ("CUDA_VISIBLE_DEVICES",) if name in environment},
+        [gpu.get("uuid") for gpu in gpus["gpus"]])
     return dict(configured_gpus=gpus_given, sizing_environment=sizing_environment, fingerprint=fp,
                 fingerprint_hash=fingerprint_hash(fp), server_args=args, mem_fraction_static=mfs,
                 api_key_set=args.get("api_key") is not None, url=sa.probe_url(args), model_path=model_path,

@@ -12,17 +12,23 @@ def gpu(index, *procs):
                                                   for pid, used in procs]}
 
 
+def scripted(samples, error):
+    """A sampler that answers ``samples`` in turn, then fails as nvidia-smi would (which ends the watch)."""
+    def sample():
+        try:
+            return next(samples)
+        except StopIteration:
+            raise gpu_watch.GpuProbeError(error) from None
+    return sample
+
+
 def test_the_start_watch_reads_the_units_cgroup_at_every_sample(monkeypatch):
     # The server forks its ranks as it starts: pid 101 is the server's from the second sample on, 91000 never.
     samples = iter([[gpu(0, (101, 2 ** 30))], [gpu(0, (101, 2 ** 30), (91000, 2 ** 32))], [gpu(0, (101, 2 ** 31))]])
     cgroups = iter([None, {100}, {100, 101}, {100, 101}])
     monkeypatch.setattr(gpu_watch.host_files, "unit_pids", lambda group: next(cgroups, {100, 101}))
 
-    def sample():
-        try:
-            return next(samples)
-        except StopIteration:
-            raise gpu_watch.GpuProbeError("nvidia-smi is gone") from None
+    sample = scripted(samples, "nvidia-smi is gone")
 
     watch = gpu_watch.Watch(sample, [0], ["/system.slice/sglang.service"], interval=0)
     watch.start()
@@ -47,11 +53,7 @@ def test_the_neighbours_that_share_the_gpus_count_as_the_servers(monkeypatch):
     monkeypatch.setattr(gpu_watch.host_files, "unit_pids", groups.get)
     samples = iter([[gpu(0, (100, 2 ** 34), (200, 50 * 2 ** 30), (91000, 2 ** 30))]])
 
-    def sample():
-        try:
-            return next(samples)
-        except StopIteration:
-            raise gpu_watch.GpuProbeError("done") from None
+    sample = scripted(samples, "done")
 
     watch = gpu_watch.Watch(sample, [0], list(groups), interval=0)
     watch.start()
@@ -67,11 +69,7 @@ def test_a_process_that_left_the_units_cgroup_is_still_the_units(monkeypatch):
     monkeypatch.setattr(gpu_watch.host_files, "unit_pids", lambda group: next(cgroups, {200}))
     samples = iter([[gpu(0, (100, 2 ** 35))], [gpu(0, (100, 2 ** 35), (200, 2 ** 30))]])
 
-    def sample():
-        try:
-            return next(samples)
-        except StopIteration:
-            raise gpu_watch.GpuProbeError("done") from None
+    sample = scripted(samples, "done")
 
     watch = gpu_watch.Watch(sample, [0], ["/system.slice/sglang.service"], interval=0)
     watch.start()
