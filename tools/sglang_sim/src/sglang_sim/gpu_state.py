@@ -15,6 +15,8 @@ listed under its own pid (NEIGHBOUR_PID + GPU index), that goes when the server'
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import json
 import os
@@ -62,6 +64,25 @@ def _read_one(path: str) -> tuple:
     if not pid_alive(pid):
         return None, []
     return pid, entries
+
+
+@contextlib.contextmanager
+def allocation(directory: str):
+    """Hold the host's allocation lock: a real GPU's allocations are atomic, so a server that grows on a shared GPU
+    checks its room and writes its new size before another server checks (their files are otherwise written up to
+    0.1 s late, and two batches that grow at the same moment would both fit)."""
+    path = os.path.join(directory, "allocation.lock")
+    try:
+        # Read-only, and created only when missing: servers of other users share it in a sticky directory.
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)   # releases the lock
 
 
 def read_state(directory: str, exclude_pid: int | None = None) -> dict:

@@ -178,17 +178,20 @@ class Scheduler:
         """Grow the allocator's cache to ``activations`` or die with torch's OOM on the ranks that cannot."""
         if activations <= self.activations:
             return
-        # Another server on a shared GPU may have grown into this one's headroom since it started.
-        room = {rank.number: rank.free - self.hooks.others_growth(rank.gpu) for rank in self.ranks}
-        failing = [rank for rank in self.ranks if activations > room[rank.number]]
-        if failing:
-            for rank in failing:
-                message = logs.cuda_oom_message(
-                    rank.gpu, activations - self.activations, self.server.capacity, room[rank.number] - self.activations,
-                    rank.used + self.activations, graphs=self.server.graph_bytes(self.replica))
-                self.log.traceback(rank.tag, logs.RUNTIME_FRAMES, "torch.OutOfMemoryError: " + message)
-            self.hooks.fatal()
-        self.activations = activations
+        with self.hooks.allocation():
+            # Another server on a shared GPU may have grown into this one's headroom since it started.
+            room = {rank.number: rank.free - self.hooks.others_growth(rank.gpu) for rank in self.ranks}
+            failing = [rank for rank in self.ranks if activations > room[rank.number]]
+            if failing:
+                for rank in failing:
+                    message = logs.cuda_oom_message(
+                        rank.gpu, activations - self.activations, self.server.capacity,
+                        room[rank.number] - self.activations, rank.used + self.activations,
+                        graphs=self.server.graph_bytes(self.replica))
+                    self.log.traceback(rank.tag, logs.RUNTIME_FRAMES, "torch.OutOfMemoryError: " + message)
+                self.hooks.fatal()
+            self.activations = activations
+            self.hooks.publish(now=True)
         self.hooks.memory_changed()
 
     def _step_seconds(self, prefill_tokens: int, decode_requests: int) -> float:

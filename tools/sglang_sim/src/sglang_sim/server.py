@@ -67,9 +67,9 @@ class Process:
 
     # -- memory ----------------------------------------------------------------------------------------------
 
-    def publish(self, through=None):
+    def publish(self, through=None, now=False):
         """Send the ranks' memory up to startup step ``through`` (all of it: None), plus the schedulers' cached
-        activations, to the state file."""
+        activations, to the state file (written at once with ``now``, else within 0.1 s)."""
         for rank in self.plan.local_ranks:
             used = 0
             for name, size, _before, _after in rank.steps:
@@ -86,6 +86,8 @@ class Process:
             for rank in self.plan.local_ranks:
                 extra[rank.gpu] = max(extra.get(rank.gpu, 0), self.remote_activations)
         self.state.set({gpu: used + extra.get(gpu, 0) for gpu, used in self.used.items()})
+        if now:
+            self.state.flush()
 
     def neighbours(self, held: bool):
         """faults.load_contention_mib: the other process takes its memory on this node's GPUs (``held``) as the
@@ -97,6 +99,11 @@ class Process:
                 if step is not None:
                     taken[rank.gpu] = step[0]
         self.state.set_neighbours(taken)
+
+    @staticmethod
+    def allocation():
+        """Scheduler hook: the host's allocation lock (gpu_state.allocation), held from a growth's check to its write."""
+        return gpu_state.allocation(hostspec.state_dir())
 
     def others_growth(self, gpu: int) -> int:
         """Bytes the other servers on GPU ``gpu`` hold now beyond what they held when this one started."""
