@@ -18,13 +18,14 @@ from simhost_lib import cannot_run_nspawn, in_ci
 _FILE = Path(__file__).resolve().parents[2] / ".tmp" / "simhosts-measured.txt"
 
 # Seconds each file took (setup + calls + teardown, `pytest -n 2 --dist loadfile --durations=0` on the 2-core
-# machine, 2026-12-02). The files run longest first, so that the two workers end together (`make simhosts` passes
-# --no-loadscope-reorder, else pytest-xdist orders the files by their number of tests); a file not listed runs last.
+# machine, 2026-12-03, 15 min 28 s in all). The files run longest first, so that the two workers end together (`make
+# simhosts` passes --no-loadscope-reorder, else pytest-xdist orders the files by their number of tests); a file not
+# listed runs last.
 FILE_SECONDS = {
-    "test_tune_kv_faults_on_simhost.py": 914, "test_fleet_on_simhost.py": 652, "test_tune_kv_on_simhost.py": 592,
-    "test_units_on_simhost.py": 505, "test_rollout_on_simhost.py": 459, "test_hybrid_on_simhost.py": 456,
-    "test_multinode_on_simhost.py": 348, "test_site_on_simhost.py": 175, "test_simhosts.py": 36,
-    "test_collection_on_simhost.py": 24,
+    "test_tune_kv_faults_on_simhost.py": 411, "test_rollout_on_simhost.py": 321, "test_tune_kv_on_simhost.py": 284,
+    "test_units_on_simhost.py": 254, "test_fleet_on_simhost.py": 154, "test_multinode_on_simhost.py": 151,
+    "test_site_on_simhost.py": 111, "test_hybrid_on_simhost.py": 102, "test_simhosts.py": 22,
+    "test_collection_on_simhost.py": 18,
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -71,8 +72,12 @@ def simulator_wheelhouse(tmp: Path) -> str:
     wheelhouse = os.environ.get("SIM_WHEELHOUSE")
     if wheelhouse:
         return wheelhouse
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO / "tools" / "sglang_sim"),
-                    "-w", str(tmp / "wheelhouse")], check=True, capture_output=True, timeout=600)
+    # One build at a time: pytest-xdist's workers would otherwise share the source tree's build directory.
+    (REPO / ".tmp").mkdir(exist_ok=True)
+    with open(REPO / ".tmp" / "simulator-wheel.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO / "tools" / "sglang_sim"),
+                        "-w", str(tmp / "wheelhouse")], check=True, capture_output=True, timeout=600)
     subprocess.run([sys.executable, str(REPO / "tools" / "sglang_sim" / "build_standins.py"), str(tmp / "wheelhouse")],
                    check=True, capture_output=True, timeout=600)
     return str(tmp / "wheelhouse")

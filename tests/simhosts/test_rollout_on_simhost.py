@@ -152,10 +152,10 @@ def locked(host: str) -> bool:
 
 
 def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb):
-    # A search of the canary in progress (forced; two trials of 40 s loads hold the lock long enough for the
-    # rollout to reach it): the rollout leaves that host as it is.
+    # A search of the canary in progress (forced; the load at the running value and one trial's, 40 s each, hold
+    # the lock long enough for the rollout to reach it): the rollout leaves that host as it is.
     (tmp_path / "tune").mkdir()
-    tuning = controller(fleet, tmp_path / "tune", kv_tune_hosts=CANARY, kv_tune_force=True, kv_tune_budget=2,
+    tuning = controller(fleet, tmp_path / "tune", kv_tune_hosts=CANARY, kv_tune_force=True, kv_tune_budget=1,
                         kv_tune_stress_duration=40)
     try:
         assert wait_for(lambda: locked(CANARY), 180), (tmp_path / "tune" / "controller.log").read_text()[-5000:]
