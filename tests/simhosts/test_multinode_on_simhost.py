@@ -26,13 +26,16 @@ from simhost_lib import (HOST_JSON, PIN_DROPIN, SAFETY_GIB, TRIAL_DROPIN, contro
 PREFIX = "simnodes"
 NODES = [f"{PREFIX}1", f"{PREFIX}2"]
 RES = 0.005
+# The server's API key (a vault variable in a real inventory): it may reach the server's environment file, the
+# tuner's requests and nothing else the tuner writes or logs.
+API_KEY = "FAKE-simnodes-api-key-not-a-real-secret"
 
 
 def _two_nodes(inventory):
     """Node 0 on NODES[0], node 1 on NODES[1], joined at node 0's address; 4 GiB held on node 1's GPU 3."""
     hosts = yaml.safe_load((inventory / "hosts.yml").read_text())["sim"]["hosts"]
     leader = hosts[NODES[0]]["ansible_host"]
-    write_host_vars(inventory, {host: {"sglang_service_server_args": {
+    write_host_vars(inventory, {host: {"sglang_service_api_key": API_KEY, "sglang_service_server_args": {
         "served_model_name": "llama-3.1-70b-instruct", "tp_size": 16, "nnodes": 2, "node_rank": rank,
         "dist_init_addr": f"{leader}:5000"}} for rank, host in enumerate(NODES)})
     set_faults(NODES[1], gpu_occupied_mib={"3": 4096})
@@ -57,8 +60,14 @@ def oracle_max() -> float:
     return json.loads(out)["max_mem_fraction_static"]
 
 
+def ansible_journal(host: str) -> str:
+    """What Ansible's modules logged to the host's journal (their invocations, no_log arguments masked)."""
+    return ssh(host, "journalctl --no-pager -o json | python3 -c \"import json, sys; [print(e.get('MESSAGE')) "
+                     "for e in map(json.loads, sys.stdin) if str(e.get('SYSLOG_IDENTIFIER', '')).startswith('ansible')]\"")
+
+
 def test_the_server_is_tuned_as_one_and_pinned_on_both_nodes(server, tmp_path, measured):
-    run = tune(server, tmp_path)
+    run = tune(server, tmp_path, cmdline="-vvv")
     assert run.status == "successful", run.stdout[-8000:]
     result = json.loads((tmp_path / f"{NODES[0]}.json").read_text())
     assert result["status"] == "tuned", result
@@ -79,6 +88,16 @@ def test_the_server_is_tuned_as_one_and_pinned_on_both_nodes(server, tmp_path, m
     assert rows[NODES[1]]["follower_of"] == NODES[0] and rows[NODES[1]]["after"] == pytest.approx(value)
     measured("two-node server (TP16 over 2 hosts, 4 GiB held on node 1): %s -> %s in %d restart(s), oracle %s"
              % (result["before"]["mem_fraction_static"], value, result["restarts"], truth))
+    # The secrets sweep: the server ran with the key (its requests were authorised), and the key is in no line of
+    # the -vvv run, no report, no fact, no drop-in and no module invocation in either node's journal.
+    assert API_KEY in " ".join(server_argv(NODES[0])) and API_KEY not in run.stdout
+    for path in tmp_path.rglob("*"):
+        assert not path.is_file() or API_KEY not in path.read_text(errors="replace"), path
+    for host in NODES:
+        assert "Invoked with" in ansible_journal(host)   # the journal holds the modules' invocations
+        kept = ssh(host, f"cat /etc/ansible/facts.d/sglang_kv.fact {PIN_DROPIN} {TRIAL_DROPIN} 2>/dev/null; "
+                         "true") + ansible_journal(host)
+        assert API_KEY not in kept, host
 
 
 def test_a_rerun_changes_nothing_on_either_node(server, tmp_path):
