@@ -15,6 +15,10 @@ Pure and stdlib only. Two checks, each a finding (a sentence with the numbers) w
   the unit hold there and that grows or shrinks by over ``WATCH_SLACK_GIB`` against the run's first look moved under
   SGLang's measurements, whatever the log says (the same amount taken on every GPU, below the checkpoint's slack,
   shows nowhere else) (:func:`start_findings`).
+- memory no process is listed for (a GPU's ``memory.used`` less every compute process NVML lists: another
+  container's process, or one NVML cannot attribute) is watched the same way, against its amount at the first look.
+  The total and the processes are two reads, so a server that grows between them makes this figure jitter: it counts
+  only when two samples in a row agree (a load holds its memory for seconds).
 - ranks of one pipeline stage load the same shards, so their "mem usage" is the same: every real multi-rank boot
   in tests/fixtures (TP8 Kimi-K2.5 on RTX PRO 6000 and MI355X, TP8 GLM-5, DP4 x TP4 Qwen3-MoE with EP, TP2 Qwen3.5)
   prints one figure on every rank, to SGLang's 0.01 GB. Ranks that differ by over ``RANK_SPREAD_GIB`` had free
@@ -32,7 +36,7 @@ RANK_SPREAD_GIB = 0.5
 # A CUDA context is about 0.3-0.5 GiB: less than that moving is not another process's allocation.
 WATCH_SLACK_GIB = 0.25
 
-__all__ = ["add_sample", "checkpoint_bytes", "findings", "start_findings"]
+__all__ = ["add_sample", "checkpoint_bytes", "findings", "start_findings", "unlisted_bytes"]
 
 
 def checkpoint_bytes(index):
@@ -92,18 +96,38 @@ def findings(facts, checkpoint_size=None):
     return found
 
 
+def unlisted_bytes(gpu):
+    """Bytes a GPU uses beyond what its listed compute processes hold (gpu_probe's dict); None when its total is
+    not known. Never below 0."""
+    used = gpu.get("memory_used_bytes")
+    if used is None:
+        return None
+    return max(0, used - sum(proc.get("used_memory_bytes") or 0 for proc in gpu.get("compute_processes") or []))
+
+
 def add_sample(seen, gpus, indices, server_pids):
     """Fold one GPU sample (gpu_probe's dicts, with compute_processes) into ``seen``: per GPU of ``indices``, the
-    least and most bytes that processes outside ``server_pids`` held, and those processes. Returns ``seen``
-    ({index: {"gpu", "min_bytes", "max_bytes", "processes": {pid: {"pid", "name", "max_bytes"}}}})."""
+    least and most bytes that processes outside ``server_pids`` held, and those processes; and the least and most
+    bytes no process was listed for (:func:`unlisted_bytes`) that two samples in a row agree on (the lower of the
+    two for the most, the higher for the least). Returns ``seen`` ({index: {"gpu", "min_bytes", "max_bytes",
+    "processes": {pid: {"pid", "name", "max_bytes"}}, "unlisted_min_bytes", "unlisted_max_bytes",
+    "unlisted_last_bytes"}}; the unlisted figures None until two samples are taken or when totals are unknown)."""
     for gpu in gpus:
         if gpu.get("index") not in indices:
             continue
         others = [proc for proc in gpu.get("compute_processes") or [] if proc.get("pid") not in server_pids]
         held = sum(proc.get("used_memory_bytes") or 0 for proc in others)
         entry = seen.setdefault(gpu["index"], {"gpu": gpu["index"], "min_bytes": held, "max_bytes": held,
-                                               "processes": {}})
+                                               "processes": {}, "unlisted_min_bytes": None,
+                                               "unlisted_max_bytes": None, "unlisted_last_bytes": None})
         entry["min_bytes"], entry["max_bytes"] = min(entry["min_bytes"], held), max(entry["max_bytes"], held)
+        unlisted, last = unlisted_bytes(gpu), entry["unlisted_last_bytes"]
+        if unlisted is not None and last is not None:
+            low, high = min(unlisted, last), max(unlisted, last)
+            entry["unlisted_max_bytes"] = max(low, entry["unlisted_max_bytes"] or 0)
+            entry["unlisted_min_bytes"] = high if entry["unlisted_min_bytes"] is None \
+                else min(high, entry["unlisted_min_bytes"])
+        entry["unlisted_last_bytes"] = unlisted
         for proc in others:
             found = entry["processes"].setdefault(proc["pid"], {"pid": proc["pid"], "name": proc.get("name"),
                                                                 "max_bytes": 0})
@@ -111,13 +135,16 @@ def add_sample(seen, gpus, indices, server_pids):
     return seen
 
 
-def start_findings(seen, before, during="while the server started"):
+def start_findings(seen, before, during="while the server started", unlisted_before=None):
     """Sentences for memory outside the server that appeared or went away on its GPUs ``during`` its start or its
     load (an empty list when nothing moved). ``seen``: sglang_ready's ``other_memory_seen`` (a list of :func:`add_sample`'s
     entries, processes as a list); ``before``: GPU index -> the bytes other processes held there at the run's first
-    look (kv_fingerprint's ``gpu_memory``); a GPU it does not know counts as 0."""
+    look (kv_fingerprint's ``gpu_memory``); a GPU it does not know counts as 0. ``unlisted_before``: GPU index -> the
+    bytes no process was listed for at the first look; a GPU it does not know (or None) is not judged on them, as
+    a driver may keep some there for ever."""
     found = []
     for entry in sorted(seen or [], key=lambda e: e["gpu"]):
+        found += _unlisted_findings(entry, (unlisted_before or {}).get(entry["gpu"]), during)
         was = (before or {}).get(entry["gpu"], 0) or 0
         if entry["max_bytes"] - was > WATCH_SLACK_GIB * GIB:
             procs = sorted(entry.get("processes") or [], key=lambda proc: -proc["max_bytes"])
@@ -130,3 +157,19 @@ def start_findings(seen, before, during="while the server started"):
                          "(%.2f GiB at the least): this start had memory the next one may not have"
                          % (entry["gpu"], was / GIB, during, entry["min_bytes"] / GIB))
     return found
+
+
+def _unlisted_findings(entry, was, during):
+    """:func:`start_findings`' sentences for one GPU's memory that no process is listed for."""
+    if was is None:
+        return []
+    most, least = entry.get("unlisted_max_bytes"), entry.get("unlisted_min_bytes")
+    if most is not None and most - was > WATCH_SLACK_GIB * GIB:
+        return ["GPU %d used up to %.2f GiB that no process was listed for %s, against %.2f GiB at the first look "
+                "(a process of another container, or one NVML does not attribute): P, A and the pool of this start "
+                "are not what the next start will see" % (entry["gpu"], most / GIB, during, was / GIB)]
+    if least is not None and was - least > WATCH_SLACK_GIB * GIB:
+        return ["memory no process was listed for on GPU %d at the first look (%.2f GiB) was given back %s "
+                "(%.2f GiB at the least): this start had memory the next one may not have"
+                % (entry["gpu"], was / GIB, during, least / GIB)]
+    return []

@@ -49,7 +49,8 @@ class Watch(threading.Thread):
     def result(self):
         self.done.set()
         self.join(5)
-        seen = [dict(entry, processes=sorted(entry["processes"].values(), key=lambda proc: proc["pid"]))
+        seen = [dict({key: value for key, value in entry.items() if key != "unlisted_last_bytes"},
+                     processes=sorted(entry["processes"].values(), key=lambda proc: proc["pid"]))
                 for _index, entry in sorted(self.seen.items())]
         return {"other_memory_seen": seen if self.samples else None,
                 "watch": {"samples": self.samples, "error": self.error}}

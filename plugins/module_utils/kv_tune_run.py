@@ -165,6 +165,7 @@ class UnitRun(NodeSteps):
         self.url = args["url"]
         self.gpus = None        # the unit's (and its neighbours') GPUs; None: unknown, every GPU counts
         self.first_other = {}   # GPU -> bytes other processes held there at the search's first look
+        self.first_unlisted = {}   # GPU -> bytes no process was listed for then (boot_trust.unlisted_bytes)
         self.checkpoint = None  # the model checkpoint's bytes (kv_fingerprint), None when unknown
         self.invocation_id = None   # the start of the server measured in place
         self.node = None        # this unit's part in a multi-node server (kv_multinode.node_of)
@@ -346,6 +347,8 @@ class UnitRun(NodeSteps):
         yield from self._lock()
         self.first_other = outside_bytes(info.get("gpu_memory"), [found.get("gpu_memory")
                                                                   for found in self.neighbours.values()])
+        self.first_unlisted = {gpu["index"]: gpu["unlisted_bytes"] for gpu in info.get("gpu_memory") or []
+                               if gpu.get("unlisted_bytes") is not None}
         tuner = yield from self._tuner(info, model, safe, plan)
         return (yield from self._search(tuner, info))
 
@@ -485,8 +488,10 @@ class UnitRun(NodeSteps):
         stress = (yield from self._load()) if ready["ready"] else None
         running = yield self._fingerprint()
         boot = yield from self._boot()
-        moved = start_findings(ready.get("other_memory_seen"), self.first_other) if started else []
-        moved += start_findings((stress or {}).get("other_memory_seen"), self.first_other, "during the load")
+        moved = start_findings(ready.get("other_memory_seen"), self.first_other,
+                               unlisted_before=self.first_unlisted) if started else []
+        moved += start_findings((stress or {}).get("other_memory_seen"), self.first_other, "during the load",
+                                self.first_unlisted)
         if moved:
             boot = dict(boot, untrusted=list(boot.get("untrusted") or []) + moved)
         if self.ranks is not None:

@@ -125,13 +125,17 @@ source:
   type: str
   sample: process
 gpu_memory:
-  description: Per GPU, the memory that belongs to the unit's processes and to others (which the unit cannot use when
-    it starts again), in bytes; V(null) when there is no fingerprint.
+  description:
+    - Per GPU, the memory that belongs to the unit's processes and to others (which the unit cannot use when it
+      starts again), in bytes; V(null) when there is no fingerprint.
+    - C(unlisted_bytes) is the GPU's used memory that no listed compute process holds (another container's, or
+      one NVML cannot attribute), V(null) when the total is not known.
   returned: success
   type: list
   elements: dict
   sample: [{"index": 3, "total_bytes": 102894051328, "reserved_bytes": 645922816, "server_bytes": 90000000000,
-            "other_bytes": 8589934592, "other_processes": [{"pid": 90003, "name": "/usr/bin/python3"}]}]
+            "other_bytes": 8589934592, "unlisted_bytes": 0,
+            "other_processes": [{"pid": 90003, "name": "/usr/bin/python3"}]}]
 configured_gpus:
   description:
     - The GPUs (NVML's indices) that the unit's configuration gives its server on this host, running or not - its
@@ -414,6 +418,7 @@ def gpu_memory(gpus, server_pids):
                     "reserved_bytes": gpu.get("memory_reserved_bytes") or 0,
                     "server_bytes": sum(proc.get("used_memory_bytes") or 0 for proc in mine),
                     "other_bytes": sum(proc.get("used_memory_bytes") or 0 for proc in others),
+                    "unlisted_bytes": boot_trust.unlisted_bytes(gpu),
                     "other_processes": [{"pid": proc["pid"], "name": proc.get("name")} for proc in others]})
     return out
 

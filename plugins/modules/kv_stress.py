@@ -133,10 +133,13 @@ other_memory_seen:
   description:
     - With O(watch_units), per GPU of O(gpus), the least and most bytes that processes outside those units held there
       during the load, and those processes; V(null) when not watched or no sample was taken.
+    - C(unlisted_min_bytes) and C(unlisted_max_bytes) are the least and most of the GPU's used memory that no listed
+      process held, as two samples in a row agree (the total and the processes are two reads); V(null) before two
+      samples or without totals.
   returned: success
   type: list
   elements: dict
-  sample: [{"gpu": 0, "min_bytes": 0, "max_bytes": 2147483648,
+  sample: [{"gpu": 0, "min_bytes": 0, "max_bytes": 2147483648, "unlisted_min_bytes": 0, "unlisted_max_bytes": 0,
             "processes": [{"pid": 91000, "name": "python3", "max_bytes": 2147483648}]}]
 held:
   description: Whether every request was answered and the server was alive at the end.

@@ -61,7 +61,8 @@ options:
   gpus:
     description:
       - With O(unit), the GPUs (indices) to watch while waiting, every second through NVML or nvidia-smi - the
-        least and most memory that compute processes outside the unit's cgroup hold on each (RV(other_memory_seen)).
+        least and most memory that compute processes outside the unit's cgroup hold on each, and that no listed
+        process holds (RV(other_memory_seen)).
         Memory another process takes or gives back while SGLang measures its free memory changes the pool it sizes,
         and the startup log may not show it.
     type: list
@@ -128,10 +129,13 @@ other_memory_seen:
   description:
     - With O(gpus), per GPU watched, the least and most bytes that processes outside the unit held there while the
       server started, and those processes (the most each held); V(null) when not watched or no sample was taken.
+    - C(unlisted_min_bytes) and C(unlisted_max_bytes) are the least and most of the GPU's used memory that no listed
+      process held (another container's, or one NVML cannot attribute), as two samples in a row agree (the total and
+      the processes are two reads); V(null) before two samples or without totals.
   returned: always
   type: list
   elements: dict
-  sample: [{"gpu": 0, "min_bytes": 0, "max_bytes": 4294967296,
+  sample: [{"gpu": 0, "min_bytes": 0, "max_bytes": 4294967296, "unlisted_min_bytes": 0, "unlisted_max_bytes": 0,
             "processes": [{"pid": 91000, "name": "python3", "max_bytes": 4294967296}]}]
 watch:
   description: With O(gpus), how many samples were taken and why watching stopped early (V(null) when it did not).

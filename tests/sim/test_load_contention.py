@@ -167,6 +167,37 @@ def test_server_logs_the_neighbour_in_mem_usage_and_sizes_smaller_pools(make_sim
     assert simlib.request(server.url + "/health_generate")[0] == 200
 
 
+def test_an_unlisted_neighbour_is_in_the_gpus_used_memory_under_no_process(make_sim):
+    """faults.load_contention_unlisted: the neighbour of another container, whose process nvidia-smi does not list,
+    still takes the memory; only memory.used shows it, on the GPUs named and there only."""
+    sim = make_sim("h100-llama70b", faults=_contended({"2": 4096, "5": 4096}, slow_start_s=2,
+                                                      load_contention_unlisted=[5]))
+    server = sim.start(simlib.launch_args("h100-llama70b"))
+    seen = None
+    deadline = time.time() + 20
+    while seen is None and time.time() < deadline and server.proc.poll() is None:
+        if "Load weight begin" in server.log and "Load weight end" not in server.log:
+            gpus = probe_nvidia_smi(sim.smi_runner())["gpus"]
+            if any(process["pid"] == NEIGHBOUR_PID + 2 for process in gpus[2]["compute_processes"]):
+                seen = gpus
+        time.sleep(0.1)
+    assert seen is not None, server.log
+    listed = {gpu["index"]: sum(p["used_memory_bytes"] for p in gpu["compute_processes"]) for gpu in seen}
+    unlisted = {gpu["index"]: gpu["memory_used_bytes"] - listed[gpu["index"]] for gpu in seen}
+    assert NEIGHBOUR_PID + 5 not in [process["pid"] for process in seen[5]["compute_processes"]]
+    assert unlisted[5] == 4096 * MIB and unlisted[2] == 0 and unlisted[0] == 0
+    assert server.wait_ready(), server.log
+    ranks = _by_tag(parse_startup_log(server.log))    # taken on both GPUs, listed or not
+    assert ranks["TP5"]["weights_gib"] == pytest.approx(ranks["TP2"]["weights_gib"], abs=0.011)
+    assert ranks["TP5"]["weights_gib"] == pytest.approx(ranks["TP0"]["weights_gib"] + 4.0, abs=0.011)
+
+
+@pytest.mark.parametrize("value", [[8], [-1], ["5"], [True], {"5": 1}, 5])
+def test_bad_unlisted_gpus_are_refused(value):
+    with pytest.raises(SimConfigError, match=r"faults.load_contention_unlisted must be a list of GPU indexes 0-7"):
+        hostspec.Host(simlib.profile_host("field", faults={"load_contention_unlisted": value}), "host.json")
+
+
 def test_tp_server_a_neighbour_on_one_gpu_shrinks_every_ranks_pool(make_sim):
     """field (TP8, 0.5.9): 2 GiB taken on GPU 3 during the load: only TP3's Load weight end shows it, A is the MIN
     over the ranks, so every rank's pool is smaller, and the collection predicts that pool from the log."""

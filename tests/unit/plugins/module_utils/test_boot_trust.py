@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import (
-    add_sample, checkpoint_bytes, findings, start_findings)
+    add_sample, checkpoint_bytes, findings, start_findings, unlisted_bytes)
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
 
 LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "logs"
@@ -147,3 +147,57 @@ def test_memory_that_appears_or_goes_away_during_a_start_makes_it_untrusted():
 ])
 def test_memory_outside_the_server_that_did_not_move_is_no_finding(seen, before):
     assert start_findings(seen, before) == []
+
+
+# --- memory no process is listed for: a GPU's total less its listed processes ---------------------------------------
+
+def totalled(used, *procs):
+    """One GPU 0 sample whose memory.used is ``used`` and whose listed processes are ``procs`` ((pid, bytes) each)."""
+    return [dict(sample((0, list(procs)))[0], memory_used_bytes=used)]
+
+
+def test_unlisted_bytes_is_the_total_less_the_listed_processes():
+    assert unlisted_bytes(totalled(70 * GIB, (100, 60 * GIB), (7, GIB))[0]) == 9 * GIB
+    assert unlisted_bytes(totalled(59 * GIB, (100, 60 * GIB))[0]) == 0        # read before the server grew
+    assert unlisted_bytes(sample((0, [(100, GIB)]))[0]) is None             # no total: not known
+
+
+def test_memory_no_process_is_listed_for_counts_when_two_samples_in_a_row_agree():
+    def watch(pairs):
+        seen = {}
+        for used, server in pairs:
+            add_sample(seen, totalled(used * GIB, (100, server * GIB)), {0}, {100})
+        return seen[0]
+    # 1, 1, 5, 1, 1 GiB unlisted: the lone 5 is the server shrinking between the two reads of one sample.
+    jitter = watch(((61, 60), (62, 61), (66, 61), (62, 61), (63, 62)))
+    assert (jitter["unlisted_min_bytes"], jitter["unlisted_max_bytes"]) == (1 * GIB, 1 * GIB)
+    # 1, 4, 4, 4 then 0, 0 GiB: another container's process held 4 GiB for three samples, then gave them back.
+    held = watch(((61, 60), (72, 68), (79, 75), (80, 76), (76, 76), (77, 77)))
+    assert (held["unlisted_min_bytes"], held["unlisted_max_bytes"]) == (0, 4 * GIB)
+    assert held["max_bytes"] == 0       # no process outside the server is listed
+    one = {}
+    add_sample(one, totalled(70 * GIB, (100, 60 * GIB)), {0}, {100})
+    assert one[0]["unlisted_max_bytes"] is None and one[0]["unlisted_min_bytes"] is None   # one sample: no pair
+
+
+def test_memory_no_process_is_listed_for_that_appears_or_goes_away_makes_a_start_untrusted():
+    def entry(low, high):
+        return dict(watched(2, 0, 0), unlisted_min_bytes=low, unlisted_max_bytes=high)
+    appeared = start_findings([entry(int(0.1 * GIB), 2 * GIB)], {2: 0}, unlisted_before={2: int(0.1 * GIB)})
+    assert appeared == ["GPU 2 used up to 2.00 GiB that no process was listed for while the server started, against "
+                        "0.10 GiB at the first look (a process of another container, or one NVML does not attribute): "
+                        "P, A and the pool of this start are not what the next start will see"]
+    gone = start_findings([entry(0, 3 * GIB)], {2: 0}, "during the load", unlisted_before={2: 3 * GIB})
+    assert gone == ["memory no process was listed for on GPU 2 at the first look (3.00 GiB) was given back during "
+                    "the load (0.00 GiB at the least): this start had memory the next one may not have"]
+
+
+@pytest.mark.parametrize("low, high, before", [
+    (int(0.3 * GIB), int(0.5 * GIB), {2: int(0.3 * GIB)}),   # a driver's reserve that moved by less than the slack
+    (0, 8 * GIB, None),                                      # no first look to compare with
+    (0, 8 * GIB, {3: 0}),                                    # the first look did not see this GPU
+    (None, None, {2: 0}),                                    # one sample, or no totals
+])
+def test_unlisted_memory_that_did_not_move_or_cannot_be_compared_is_no_finding(low, high, before):
+    seen = [dict(watched(2, 0, 0), unlisted_min_bytes=low, unlisted_max_bytes=high)]
+    assert start_findings(seen, {2: 0}, unlisted_before=before) == []

@@ -7,9 +7,14 @@ from __future__ import annotations
 from ansible_collections.llmserve.sglang.plugins.module_utils import gpu_watch
 
 
-def gpu(index, *procs):
-    return {"index": index, "compute_processes": [{"pid": pid, "name": "python3", "used_memory_bytes": used}
-                                                  for pid, used in procs]}
+def gpu(index, *procs, used=None):
+    """A GPU dict as gpu_probe gives it: its listed processes ((pid, bytes) each) and its memory.used (None: not
+    known)."""
+    return {"index": index, "memory_used_bytes": used,
+            "compute_processes": [{"pid": pid, "name": "python3", "used_memory_bytes": held} for pid, held in procs]}
+
+
+UNKNOWN = {"unlisted_min_bytes": None, "unlisted_max_bytes": None}   # no totals in the samples
 
 
 def scripted(samples, error):
@@ -23,8 +28,11 @@ def scripted(samples, error):
 
 
 def test_the_start_watch_reads_the_units_cgroup_at_every_sample(monkeypatch):
-    # The server forks its ranks as it starts: pid 101 is the server's from the second sample on, 91000 never.
-    samples = iter([[gpu(0, (101, 2 ** 30))], [gpu(0, (101, 2 ** 30), (91000, 2 ** 32))], [gpu(0, (101, 2 ** 31))]])
+    # The server forks its ranks as it starts: pid 101 is the server's from the second sample on, 91000 never. From
+    # the second sample on, 1 GiB of the GPU's memory is no listed process's.
+    samples = iter([[gpu(0, (101, 2 ** 30), used=2 ** 30)],
+                    [gpu(0, (101, 2 ** 30), (91000, 2 ** 32), used=6 * 2 ** 30)],
+                    [gpu(0, (101, 2 ** 31), used=3 * 2 ** 30)]])
     cgroups = iter([None, {100}, {100, 101}, {100, 101}])
     monkeypatch.setattr(gpu_watch.host_files, "unit_pids", lambda group: next(cgroups, {100, 101}))
 
@@ -35,6 +43,7 @@ def test_the_start_watch_reads_the_units_cgroup_at_every_sample(monkeypatch):
     watch.join(5)   # it stops at the first error
     assert watch.result() == {
         "other_memory_seen": [{"gpu": 0, "min_bytes": 0, "max_bytes": 2 ** 32,
+                               "unlisted_min_bytes": 2 ** 30, "unlisted_max_bytes": 2 ** 30,
                                "processes": [{"pid": 101, "name": "python3", "max_bytes": 2 ** 30},
                                              {"pid": 91000, "name": "python3", "max_bytes": 2 ** 32}]}],
         "watch": {"samples": 3, "error": "nvidia-smi is gone"}}
@@ -59,8 +68,8 @@ def test_the_neighbours_that_share_the_gpus_count_as_the_servers(monkeypatch):
     watch.start()
     watch.join(5)
     seen = watch.result()["other_memory_seen"]
-    assert seen == [{"gpu": 0, "min_bytes": 2 ** 30, "max_bytes": 2 ** 30,
-                     "processes": [{"pid": 91000, "name": "python3", "max_bytes": 2 ** 30}]}]
+    assert seen == [dict(UNKNOWN, gpu=0, min_bytes=2 ** 30, max_bytes=2 ** 30,
+                         processes=[{"pid": 91000, "name": "python3", "max_bytes": 2 ** 30}])]
 
 
 def test_a_process_that_left_the_units_cgroup_is_still_the_units(monkeypatch):
@@ -74,4 +83,4 @@ def test_a_process_that_left_the_units_cgroup_is_still_the_units(monkeypatch):
     watch = gpu_watch.Watch(sample, [0], ["/system.slice/sglang.service"], interval=0)
     watch.start()
     watch.join(5)
-    assert watch.result()["other_memory_seen"] == [{"gpu": 0, "min_bytes": 0, "max_bytes": 0, "processes": []}]
+    assert watch.result()["other_memory_seen"] == [dict(UNKNOWN, gpu=0, min_bytes=0, max_bytes=0, processes=[])]

@@ -11,7 +11,8 @@ server killed with SIGKILL leaves the GPUs free, as a dead process does on a rea
 File: ``{"pid": 1234, "gpus": {"0": {"used_bytes": 123, "process_name": "sglang::scheduler_TP0"}, ...}}``, plus,
 while the faults.load_contention_mib neighbour holds memory on the server's GPUs (weight load to KV pool),
 ``"neighbours": {"0": {"used_bytes": 456, "process_name": "/usr/bin/python3", "pid": 91000}}``: another process,
-listed under its own pid (NEIGHBOUR_PID + GPU index), that goes when the server's file goes.
+listed under its own pid (NEIGHBOUR_PID + GPU index), that goes when the server's file goes; with
+``"unlisted": true`` (faults.load_contention_unlisted) nvidia-smi counts its memory but lists no process for it.
 """
 from __future__ import annotations
 
@@ -107,6 +108,7 @@ class StateWriter:
         self.names = names          # gpu index -> process name (setproctitle of the scheduler)
         self.used = {}              # gpu index -> bytes
         self.neighbours = {}        # gpu index -> bytes of the load_contention neighbour
+        self.unlisted = set()       # gpu indexes where nvidia-smi does not list it (load_contention_unlisted)
         self.lock = threading.Lock()
         self.write_lock = threading.Lock()   # a flush and the final removal never interleave
         self.dirty = threading.Event()
@@ -121,10 +123,12 @@ class StateWriter:
             self.used = dict(used)
         self.dirty.set()
 
-    def set_neighbours(self, held: dict):
-        """The bytes the load_contention neighbour holds per GPU now ({}: it gave them back); written within 0.1 s."""
+    def set_neighbours(self, held: dict, unlisted=()):
+        """The bytes the load_contention neighbour holds per GPU now ({}: it gave them back), not listed as a process
+        on the GPUs ``unlisted``; written within 0.1 s."""
         with self.lock:
             self.neighbours = {index: size for index, size in held.items() if size > 0}
+            self.unlisted = set(unlisted)
         self.dirty.set()
 
     def _run(self):
@@ -139,8 +143,11 @@ class StateWriter:
         with self.lock:
             gpus = {str(index): {"used_bytes": used, "process_name": self.names.get(index, "python3")}
                     for index, used in self.used.items()}
-            neighbours = {str(index): {"used_bytes": size, "process_name": NEIGHBOUR_NAME,
-                                       "pid": NEIGHBOUR_PID + index} for index, size in self.neighbours.items()}
+            neighbours = {}
+            for index, size in self.neighbours.items():
+                neighbours[str(index)] = {"used_bytes": size, "process_name": NEIGHBOUR_NAME, "pid": NEIGHBOUR_PID + index}
+                if index in self.unlisted:
+                    neighbours[str(index)]["unlisted"] = True
         data = {"pid": os.getpid(), "updated": time.time(), "gpus": gpus}
         if neighbours:
             data["neighbours"] = neighbours

@@ -54,13 +54,16 @@ DEFAULT_MEMORY = {
 }
 
 DEFAULT_FAULTS = {"hang_at_startup": False, "crash_at_startup": False, "crash_after_requests": None, "slow_start_s": 0,
-                  "gpu_occupied_mib": {}, "load_contention_mib": {}, "from_mem_fraction_static": None,
+                  "gpu_occupied_mib": {}, "load_contention_mib": {}, "load_contention_unlisted": [],
+                  "from_mem_fraction_static": None,
                   "for_sglang_versions": None, "argv0": None}
 # The faults of the server process; from_mem_fraction_static limits them to servers started at that value or above
 # (a value that hangs or crashes while lower ones work: what the tuner must back off from), for_sglang_versions to
 # servers of those SGLang versions (a release that does not start on this host: what a rollout must roll back).
 # load_contention_mib: another process takes that many MiB on the named GPUs of the server while it loads its weights
 # and gives them back once the server has sized its pools (memory.Server._startup; the oracle ignores it).
+# load_contention_unlisted: the GPUs on which nvidia-smi does not list that process (another container's): its memory
+# is in memory.used, under no compute process.
 SERVER_FAULTS = ("hang_at_startup", "crash_at_startup", "crash_after_requests", "slow_start_s", "load_contention_mib")
 
 # PCI bus ids of a typical 8-GPU server (HGX board), in index order.
@@ -161,6 +164,7 @@ class Host:
         self.faults = dict(DEFAULT_FAULTS, **faults)
         self.occupied_mib = _per_gpu_mib(self.faults, "gpu_occupied_mib", path, self.gpu_count)
         self.contention_mib = _per_gpu_mib(self.faults, "load_contention_mib", path, self.gpu_count)
+        self.contention_unlisted = _gpu_list(self.faults, "load_contention_unlisted", path, self.gpu_count)
         self.default_launch_args = list(data.get("default_launch_args") or [])
         self.pci = _pci_section(data.get("pci"), path)
 
@@ -245,6 +249,16 @@ def _per_gpu_mib(faults: dict, key: str, path: str, gpu_count: int) -> dict:
                                  % (path, key, index, gpu_count - 1))
         found[int(index)] = _number({key: mib}, key, "%s faults (GPU %s)" % (path, index), 0, integer=True)
     return found
+
+
+def _gpu_list(faults: dict, key: str, path: str, gpu_count: int) -> set:
+    """A ``[<GPU index>, ...]`` fault, checked: a list of this host's GPU indexes. Returns them as a set."""
+    value = faults.get(key) or []
+    if not isinstance(value, list) or any(isinstance(index, bool) or not isinstance(index, int)
+                                          or not 0 <= index < gpu_count for index in value):
+        raise SimConfigError("%s: faults.%s must be a list of GPU indexes 0-%d such as [4, 5], got %r"
+                             % (path, key, gpu_count - 1, value))
+    return set(value)
 
 
 def _pci_section(pci, path: str) -> dict:

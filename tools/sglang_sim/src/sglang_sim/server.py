@@ -98,7 +98,7 @@ class Process:
                 step = self.step(rank, memory.NEIGHBOUR_STEP)
                 if step is not None:
                     taken[rank.gpu] = step[0]
-        self.state.set_neighbours(taken)
+        self.state.set_neighbours(taken, self.host.contention_unlisted)
 
     @staticmethod
     def allocation():

@@ -10,8 +10,8 @@ not a valid field to query.`` and exits 2), ``--query-compute-apps=...``, ``-L``
 
 Per GPU: ``used`` = the simulated servers' memory on it (their state files, if their processes live) plus another
 process's ``gpu_occupied_mib`` fault, listed as its own compute process (pid 90000 + index), plus, while a server
-loads its weights and sizes its pools, the ``load_contention_mib`` neighbour it publishes (pid 91000 + index);
-``free = total - reserved - used``.
+loads its weights and sizes its pools, the ``load_contention_mib`` neighbour it publishes (pid 91000 + index; not
+listed, its memory only in ``used``, on the GPUs of ``load_contention_unlisted``); ``free = total - reserved - used``.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class Gpu:
             rows.append((OTHER_PROCESS_PID + self.index, "/usr/bin/python3", self.other_mib))
         for server in self.servers:
             mib = int(round(server.get("used_bytes", 0) / MIB))
-            if mib:
+            if mib and not server.get("unlisted"):    # another container's process: counted in used, not listed
                 rows.append((server["pid"], server.get("process_name", "python3"), mib))
         return rows
 
