@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -148,6 +149,35 @@ def _runs(host, value):
         return False
 
 
+def _signal_tree(pid, signum):
+    """Send ``signum`` to a process and all its descendants, as a frozen machine would stop them all: Ansible's
+    workers run in sessions of their own (os.setsid), so a signal to ansible-playbook's group misses them."""
+    for _round in range(2):   # a child forked between the listing and the signal is caught the second time
+        parents = {}
+        for line in subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True,
+                                   check=True).stdout.splitlines():
+            child, parent = (int(word) for word in line.split())
+            parents.setdefault(parent, []).append(child)
+        tree, todo = [], [pid]
+        while todo:
+            tree.append(todo.pop())
+            todo.extend(parents.get(tree[-1], []))
+        for member in tree:
+            try:
+                os.kill(member, signum)
+            except ProcessLookupError:
+                pass
+
+
+def _unit_story(host):
+    """The server unit's state and its journal since the last minutes, for a failed assertion."""
+    return host + "\n" + ssh(host, "systemctl show -p ActiveState -p SubState -p Result -p NRestarts sglang.service; "
+                                    "journalctl --no-pager -o short-monotonic -n 3000 | grep -v -e ' HTTP/1.1\" ' -e 'Prefill batch' "
+                                    "-e 'Decode batch' | tail -60; ls -l /etc/systemd/system/sglang.service.d "
+                                    "/run/systemd/system/sglang.service.d; cat /proc/uptime; "
+                                    "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang)/cmdline", check=False)
+
+
 def _serves(host, value):
     """The server on ``host`` runs ``value`` and its log since that start says it is ready."""
     try:
@@ -209,3 +239,38 @@ def test_the_controller_killed_during_a_two_node_load_reverts_both_nodes_at_once
     assert seconds < 120
     measured("two-node trial, ansible-playbook killed under the load: both trial drop-ins gone %.0f s later "
              "(revert timers at 1800 s)" % seconds)
+
+
+def test_the_controller_stopped_past_the_confirm_timeout_pins_neither_node(server, tmp_path, measured):
+    """Fault: ansible-playbook and its workers SIGSTOPped (a suspended terminal, a frozen controller VM) during a
+    two-node trial for longer than the confirm timeout. Each node's revert timer puts it back on its pin by itself;
+    when the controller goes on, the servers it finds are not the trial's starts, and it pins neither node."""
+    pinned = {host: fact(host) for host in NODES}
+    value = pinned[NODES[0]]["mem_fraction_static"]
+    set_faults(NODES[0], slow_start_s=8, from_mem_fraction_static=0.5)   # the stop comes while the trial starts
+    proc = controller(server, tmp_path, kv_tune_force=True, kv_tune_start=round(value - 0.01, 3), kv_tune_budget=1,
+                      kv_tune_ready_timeout=25, kv_tune_stress_duration=3, kv_tune_confirm_timeout=30)
+    try:
+        assert wait_for(lambda: proc.poll() is not None or all(_trial_on(host) for host in NODES), 240) \
+            and proc.poll() is None, (tmp_path / "controller.log").read_text()[-4000:]
+        _signal_tree(proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        assert wait_for(lambda: all(_trial_on(host) is False for host in NODES), 150), "no node reverted by itself"
+        seconds = time.monotonic() - stopped
+        for host in NODES:
+            assert wait_for(lambda host=host: _runs(host, value), 120), _unit_story(host)
+        _signal_tree(proc.pid, signal.SIGCONT)
+        assert proc.wait(300) != 0, (tmp_path / "controller.log").read_text()[-6000:]
+    finally:
+        try:
+            _signal_tree(proc.pid, signal.SIGCONT)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        set_faults(NODES[0])
+    for host in NODES:
+        assert fact(host) == pinned[host] and not trial_left(host)
+        assert _runs(host, value), host
+    measured("two-node trial, ansible-playbook stopped past the confirm timeout (30 s): both nodes back on their pin "
+             "%.0f s after the stop, by their own timers; the resumed run failed and pinned nothing" % seconds)
