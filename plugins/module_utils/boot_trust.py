@@ -5,7 +5,7 @@
 makes the log's "mem usage" (P - A of that rank) far larger than the weights, and A too small, so the formula's
 inputs are wrong and any token figure computed from them is too.
 
-Pure and stdlib only. Two checks, each a finding (a sentence with the numbers) when it fails:
+Pure and stdlib only. The checks, each a finding (a sentence with the numbers) when it fails:
 
 - weights vs checkpoint: the weights a GPU holds are the checkpoint's bytes (``metadata.total_size`` of
   ``model.safetensors.index.json``) over TP x PP. A rank that reports more than that by over

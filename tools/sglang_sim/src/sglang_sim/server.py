@@ -110,9 +110,9 @@ class Process:
         return max(0, others_used().get(gpu, 0) - self.others_at_start.get(gpu, 0))
 
     def memory_changed(self):
-        """Scheduler hook: activations grew. Several nodes: every rank of the TP group runs the batch, so node 0
-        hands the size on and waits until every node holds it (a node that cannot dies: its OOM, then ours)."""
-        self.publish()
+        """Scheduler hook: activations grew (the scheduler has published them, under the allocation lock). Several
+        nodes: every rank of the TP group runs the batch, so node 0 hands the size on and waits until every node holds
+        it (a node that cannot dies: its OOM, then ours)."""
         if self.link is not None and self.link.head:
             try:
                 self.link.share_activations(max(scheduler.activations for scheduler in self.schedulers))
