@@ -146,8 +146,10 @@ def server_boot(leader_boot, follower_boots):
     (A), while each rank logs its own: the server's P and A are the minimum over the nodes. The failure that explains
     how the start ended is node 0's, unless node 0 only saw another node fail (its peer's connection lost, a
     timeout) while a node has a memory failure of its own: then that node's facts, whose phase and numbers the tuner
-    reads."""
-    boots = [leader_boot or {}] + [boot or {} for _host, boot in sorted((follower_boots or {}).items())]
+    reads. Why a node's memory numbers cannot be trusted (its ``untrusted``) is the server's too, named by node: the
+    pool is sized from every node's."""
+    followers = sorted((follower_boots or {}).items())
+    boots = [leader_boot or {}] + [boot or {} for _host, boot in followers]
     explaining = boots[0]
     if ((explaining.get("failure") or {}).get("kind")) not in _MEMORY_KINDS:
         explaining = next((boot for boot in boots[1:] if (boot.get("failure") or {}).get("kind") in _MEMORY_KINDS),
@@ -157,4 +159,8 @@ def server_boot(leader_boot, follower_boots):
         values = [boot[key] for boot in boots if boot.get(key) is not None]
         if values:
             merged[key] = min(values)
+    untrusted = list((leader_boot or {}).get("untrusted") or [])
+    untrusted += ["node %s: %s" % (host, why) for host, boot in followers for why in (boot or {}).get("untrusted") or []]
+    if untrusted:
+        merged["untrusted"] = untrusted
     return merged

@@ -81,6 +81,21 @@ def test_the_servers_p_and_a_are_the_least_of_any_node():
     assert mn.server_boot({}, {}) == {} and mn.server_boot(None, {"n1": None}) == {}
 
 
+def test_a_nodes_untrusted_memory_numbers_are_the_servers_named_by_node():
+    # The pool is sized from the least free rank of any node: a node whose own log cannot be trusted makes the
+    # server's numbers untrusted too, even when node 0's log is clean.
+    clean = {"pre_load_free_gib": 78.2, "post_load_free_gib": 69.4, "untrusted": []}
+    spread = {"pre_load_free_gib": 78.2, "post_load_free_gib": 65.4,
+              "untrusted": ["ranks that load the same shards report different weights: TP9 76.0 GiB, TP8 72.0 GiB"]}
+    merged = mn.server_boot(clean, {"n2": clean, "n1": spread})
+    assert merged["untrusted"] == ["node n1: ranks that load the same shards report different weights: TP9 76.0 GiB, "
+                                   "TP8 72.0 GiB"]
+    both = mn.server_boot(dict(clean, untrusted=["own"]), {"n1": spread})["untrusted"]
+    assert both[0] == "own" and both[1].startswith("node n1: ranks")
+    assert mn.server_boot(clean, {"n1": clean})["untrusted"] == []
+    assert "untrusted" not in mn.server_boot({"pre_load_free_gib": 1.0}, {"n1": None})
+
+
 def test_the_boot_that_explains_a_failed_start_is_the_node_that_ran_out_of_memory():
     echo = {"failure": {"kind": "nccl_error", "line": "Connection closed by remote peer"}}
     oom = {"failure": {"kind": "capture_oom", "line": "Capture cuda graph failed"}}
