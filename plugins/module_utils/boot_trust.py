@@ -24,6 +24,13 @@ Pure and stdlib only. The checks, each a finding (a sentence with the numbers) w
   prints one figure on every rank, to SGLang's 0.01 GB. Ranks that differ by over ``RANK_SPREAD_GIB`` had free
   memory taken from some GPUs, not others, during the load: 4 GiB on one GPU of eight is 5.5% of a 72 GiB share,
   which no ratio could tell from a clean load of a larger model, so the bound is absolute.
+- the same ranks then allocate the same pools from what the weights left: what goes between "Load weight end" and
+  "Memory pool end" besides the logged pools (:func:`pool_window_gib`: the request-to-token table, workspaces) is
+  the same on every rank of a stage. The free memory of the ranks differs (by 0.42 GB in the TP8 Kimi-K2.5 boot on
+  MI355X) but that figure does not: 4.09-4.10 GB there, 3.25-3.26 GB in the TP8 GLM-5 boot, 0.09 GB on both DP
+  ranks of the Qwen3-MoE boot, 0.11 GB on both ranks of the Qwen3.5 one. A rank off the others by over
+  ``RANK_SPREAD_GIB`` had memory taken or given back on its GPU while SGLang measured it and sized the pool, after
+  the weights' figures were printed.
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ RANK_SPREAD_GIB = 0.5
 # A CUDA context is about 0.3-0.5 GiB: less than that moving is not another process's allocation.
 WATCH_SLACK_GIB = 0.25
 
-__all__ = ["add_sample", "checkpoint_bytes", "findings", "start_findings", "unlisted_bytes"]
+__all__ = ["add_sample", "checkpoint_bytes", "findings", "pool_window_gib", "start_findings", "unlisted_bytes"]
 
 
 def checkpoint_bytes(index):
@@ -63,6 +70,33 @@ def _stage(tag):
     return match.group(1) if match else ""
 
 
+def pool_window_gib(rank):
+    """GiB a rank's GPU lost between the end of the weights and the first "Memory pool end" besides the pools its log
+    reports in between (the KV pool, a hybrid model's state pool; a classic draft's pool comes after it): A less those
+    pools less the free memory at "Memory pool end". None when the rank's log lacks one of them (a start that failed
+    before its pool)."""
+    after, pool, end = rank.get("post_load_free_gib"), rank.get("kv_size_gib"), rank.get("memory_pool_end_free_gib")
+    if None in (after, pool, end):
+        return None
+    return after - pool - (rank.get("mamba_size_gib") or 0) - end
+
+
+def _spread(stages, figure):
+    """Per stage (stage -> ranks), the ranks with the highest and the lowest ``figure`` when they differ by over
+    RANK_SPREAD_GIB; ranks without it do not count."""
+    for stage in sorted(stages):
+        ranks = [(figure(rank), rank) for rank in stages[stage] if figure(rank) is not None]
+        if len(ranks) < 2:
+            continue
+        low, high = min(ranks, key=lambda pair: pair[0]), max(ranks, key=lambda pair: pair[0])
+        if high[0] - low[0] > RANK_SPREAD_GIB:
+            yield high, low
+
+
+def _tag(rank):
+    return rank.get("tag") or "untagged"
+
+
 def findings(facts, checkpoint_size=None):
     """Sentences that say why the boot's memory numbers cannot be trusted (an empty list when nothing is wrong).
     ``facts``: parse_startup_log's facts; ``checkpoint_size``: the checkpoint's bytes (None: that check is skipped)."""
@@ -80,19 +114,18 @@ def findings(facts, checkpoint_size=None):
                 % (weights, float(checkpoint_size) / GIB, expected, tp, pp, excess))
     stages = {}
     for rank in facts.get("ranks") or []:
-        if rank.get("weights_gib") is not None:
-            stages.setdefault(_stage(rank.get("tag")), []).append(rank)
-    for stage in sorted(stages):
-        ranks = stages[stage]
-        low = min(ranks, key=lambda r: r["weights_gib"])
-        high = max(ranks, key=lambda r: r["weights_gib"])
-        spread = high["weights_gib"] - low["weights_gib"]
-        if spread > RANK_SPREAD_GIB:
-            found.append(
-                "ranks that load the same shards report different weights: %s %.2f GiB, %s %.2f GiB: free memory "
-                "moved on some GPUs during the load (another process?), so P and A are not what SGLang's pool will see "
-                "next time" % (high.get("tag") or "untagged", high["weights_gib"], low.get("tag") or "untagged",
-                               low["weights_gib"]))
+        stages.setdefault(_stage(rank.get("tag")), []).append(rank)
+    for (most, high), (least, low) in _spread(stages, lambda rank: rank.get("weights_gib")):
+        found.append(
+            "ranks that load the same shards report different weights: %s %.2f GiB, %s %.2f GiB: free memory "
+            "moved on some GPUs during the load (another process?), so P and A are not what SGLang's pool will see "
+            "next time" % (_tag(high), most, _tag(low), least))
+    for (most, high), (least, low) in _spread(stages, pool_window_gib):
+        found.append(
+            "ranks that build the same pools lost different memory between the weights and the pool's end besides "
+            "the pools: %s %.2f GiB, %s %.2f GiB: memory moved on some GPUs while SGLang sized the pool (another "
+            "process?), so the pool and the headroom of this start are not what the next start will see"
+            % (_tag(high), most, _tag(low), least))
     return found
 
 

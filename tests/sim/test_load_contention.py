@@ -74,6 +74,25 @@ def test_plan_takes_during_load_and_gives_back_after_the_pools():
     assert plan.min_headroom() > clean.min_headroom() + taken * 0.98
 
 
+def test_from_the_pool_it_takes_after_the_weights_and_the_log_of_the_weights_is_clean():
+    # load_contention_from "pool": SGLang measures the free memory again to size its pools, after "Load weight end".
+    clean, plan = _plan("field", _contended({"3": 2048}, load_contention_from="pool"))
+    names = [step[0] for step in plan.ranks[3].steps]
+    assert names.index("weights") < names.index("neighbour") < names.index("req_to_token")
+    weights = [[step for step in rank.steps if step[0] == "weights"] for rank in (plan.ranks[3], clean.ranks[3])]
+    assert weights[0] == weights[1]
+    # A is the MIN over the ranks: GPU 3's free memory after the weights, less the neighbour's
+    after_weights = weights[1][0][3]
+    assert plan.replicas[0].a == after_weights - 2048 * MIB < clean.replicas[0].a
+    assert 0 < plan.replicas[0].tokens < clean.replicas[0].tokens
+
+
+@pytest.mark.parametrize("value", ["profile", None, 1])
+def test_a_phase_the_simulator_does_not_know_is_refused(value):
+    with pytest.raises(SimConfigError, match=r"faults.load_contention_from must be one of \['load', 'pool'\]"):
+        hostspec.Host(simlib.profile_host("field", faults={"load_contention_from": value}), "host.json")
+
+
 def test_the_oracle_plan_and_the_gates_ignore_it():
     clean, plan = _plan("field", _contended({"3": 2048}), contention=False)
     assert [rank.steps for rank in plan.ranks] == [rank.steps for rank in clean.ranks]
@@ -243,3 +262,26 @@ def test_gated_server_and_the_oracle_are_unchanged(make_sim):
     answers = [dict(simlib.oracle(each, flags, 1.0), host=None)
                for each in (make_sim("single-gpu", faults=_contended({"0": 2000})), clean_sim)]
     assert answers[0] == answers[1]
+
+
+def test_tp_server_a_neighbour_on_one_gpu_while_the_pool_is_sized_shows_only_at_the_pool_end(make_sim):
+    """field (TP8): 2 GiB taken on GPU 3 after the weights are logged: every rank's weights and A read clean, the pool
+    is smaller, and only TP3's Memory pool end is 2 GiB short; the collection's boot check names it."""
+    clean = make_sim("field").start(simlib.launch_args("field"))
+    assert clean.wait_ready(), clean.log
+    clean_facts = parse_startup_log(clean.log)
+    clean.stop()
+    server = make_sim("field", faults=_contended({"3": 2048}, load_contention_from="pool")).start(
+        simlib.launch_args("field"))
+    assert server.wait_ready(), server.log
+    facts = parse_startup_log(server.log)
+    ranks, clean_ranks = _by_tag(facts), _by_tag(clean_facts)
+    for tag, rank in ranks.items():
+        clean_rank = clean_ranks[tag]
+        assert rank["weights_gib"] == clean_rank["weights_gib"]
+        assert rank["post_load_free_gib"] == clean_rank["post_load_free_gib"]
+    assert facts["kv_tokens"] < clean_facts["kv_tokens"]
+    assert clean_facts["untrusted"] == []
+    assert len(facts["untrusted"]) == 1 and facts["untrusted"][0].startswith(
+        "ranks that build the same pools lost different memory between the weights and the pool's end besides the "
+        "pools: TP3 ")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import (
-    add_sample, checkpoint_bytes, findings, start_findings, unlisted_bytes)
+    add_sample, checkpoint_bytes, findings, pool_window_gib, start_findings, unlisted_bytes)
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
 
 LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "logs"
@@ -57,9 +57,12 @@ def test_ranks_of_one_stage_that_loaded_different_amounts():
         "TP1] Load weight end. elapsed=5.46 s, type=Qwen3_5ForConditionalGeneration, avail mem=14.08 GB, mem usage=8.85",
         "TP1] Load weight end. elapsed=5.46 s, type=Qwen3_5ForConditionalGeneration, avail mem=9.08 GB, mem usage=13.85")
     boot = parse_startup_log(lines)
-    assert boot["untrusted"] == [
+    assert boot["untrusted"][0] == (
         "ranks that load the same shards report different weights: TP1 13.85 GiB, TP0 8.85 GiB: free memory moved on "
-        "some GPUs during the load (another process?), so P and A are not what SGLang's pool will see next time"]
+        "some GPUs during the load (another process?), so P and A are not what SGLang's pool will see next time")
+    # The edit leaves TP1's "Memory pool end" as it was, so its pool window is 5 GiB short too.
+    assert boot["untrusted"][1].startswith("ranks that build the same pools lost different memory between the weights "
+                                           "and the pool's end besides the pools: TP0 0.11 GiB, TP1 -4.89 GiB")
     # the real boot: both ranks 8.85
     assert facts("hybrid_gdn_qwen35_9b_tp2_rtx4090.log")["untrusted"] == []
 
@@ -84,6 +87,31 @@ def test_4_gib_taken_on_one_gpu_of_eight_while_the_weights_load():
     assert boot["untrusted"] == [
         "ranks that load the same shards report different weights: TP3 76.33 GiB, TP0 72.33 GiB: free memory moved on "
         "some GPUs during the load (another process?), so P and A are not what SGLang's pool will see next time"]
+
+
+@pytest.mark.parametrize("log, window", [
+    ("v058_tp8_glm5_fp8kv_mi355x_capture_crash.log", 3.25), ("v058_tp8_kimi_k25_mi355x_capture_crash.log", 4.09),
+    ("current_dp4_tp4_ep4_qwen3moe_excerpt.log", 0.09), ("hybrid_gdn_qwen35_9b_tp2_rtx4090.log", 0.11)])
+def test_real_ranks_of_one_stage_lose_the_same_memory_between_the_weights_and_the_pool(log, window):
+    # The evidence that the pool window is a rank-invariant: their free memory differs, this figure does not.
+    windows = [pool_window_gib(rank) for rank in facts(log)["ranks"] if pool_window_gib(rank) is not None]
+    assert len(windows) >= 2 and max(windows) - min(windows) < 0.02
+    assert min(windows) == pytest.approx(window, abs=0.01)
+
+
+def test_memory_taken_on_one_gpu_while_sglang_sizes_the_pool():
+    # 2 GiB taken on TP5's GPU after "Load weight end" was printed and still held at "Memory pool end": the weights'
+    # figures are clean, the pool was sized on less than A, and that rank's free memory after the pool is 2 GiB short.
+    text = (LOGS / "v058_tp8_kimi_k25_mi355x_capture_crash.log").read_text().replace(
+        "TP5] Memory pool end. avail mem=45.30 GB", "TP5] Memory pool end. avail mem=43.30 GB")
+    boot = parse_startup_log(text)
+    assert boot["untrusted"] == [
+        "ranks that build the same pools lost different memory between the weights and the pool's end besides the "
+        "pools: TP5 6.09 GiB, TP4 4.09 GiB: memory moved on some GPUs while SGLang sized the pool (another process?), "
+        "so the pool and the headroom of this start are not what the next start will see"]
+    # a rank whose log ends before its pool does not count
+    clean = facts("v058_tp8_kimi_k25_mi355x_capture_crash.log")
+    assert pool_window_gib(dict(clean["ranks"][0], memory_pool_end_free_gib=None)) is None
 
 
 def test_pipeline_stages_are_compared_within_a_stage():

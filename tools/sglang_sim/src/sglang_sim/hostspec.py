@@ -55,6 +55,7 @@ DEFAULT_MEMORY = {
 
 DEFAULT_FAULTS = {"hang_at_startup": False, "crash_at_startup": False, "crash_after_requests": None, "slow_start_s": 0,
                   "gpu_occupied_mib": {}, "load_contention_mib": {}, "load_contention_unlisted": [],
+                  "load_contention_from": "load",
                   "from_mem_fraction_static": None,
                   "for_sglang_versions": None, "argv0": None}
 # The faults of the server process; from_mem_fraction_static limits them to servers started at that value or above
@@ -63,7 +64,10 @@ DEFAULT_FAULTS = {"hang_at_startup": False, "crash_at_startup": False, "crash_af
 # load_contention_mib: another process takes that many MiB on the named GPUs of the server while it loads its weights
 # and gives them back once the server has sized its pools (memory.Server._startup; the oracle ignores it).
 # load_contention_unlisted: the GPUs on which nvidia-smi does not list that process (another container's): its memory
-# is in memory.used, under no compute process.
+# is in memory.used, under no compute process. load_contention_from: "load" (it takes its memory as the weights start
+# to load) or "pool" (once the weights are loaded and logged, before SGLang measures the free memory again to size
+# its pools: the log's weights and avail mem are clean, the pools smaller).
+CONTENTION_FROM = ("load", "pool")
 SERVER_FAULTS = ("hang_at_startup", "crash_at_startup", "crash_after_requests", "slow_start_s", "load_contention_mib")
 
 # PCI bus ids of a typical 8-GPU server (HGX board), in index order.
@@ -165,6 +169,10 @@ class Host:
         self.occupied_mib = _per_gpu_mib(self.faults, "gpu_occupied_mib", path, self.gpu_count)
         self.contention_mib = _per_gpu_mib(self.faults, "load_contention_mib", path, self.gpu_count)
         self.contention_unlisted = _gpu_list(self.faults, "load_contention_unlisted", path, self.gpu_count)
+        self.contention_from = self.faults.get("load_contention_from")
+        if self.contention_from not in CONTENTION_FROM:
+            raise SimConfigError("%s: faults.load_contention_from must be one of %s, got %r"
+                                 % (path, list(CONTENTION_FROM), self.contention_from))
         self.default_launch_args = list(data.get("default_launch_args") or [])
         self.pci = _pci_section(data.get("pci"), path)
 

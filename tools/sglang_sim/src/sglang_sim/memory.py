@@ -39,7 +39,9 @@ A transient neighbour (host.json faults.load_contention_mib, the server only: ``
 oracle's plan is a clean host's): another process takes its MiB on a rank's GPU as the weights start to load (all or
 nothing: when they are not free it gets none) and frees them right after the KV pool. SGLang's "mem usage" of the
 weights is free-before minus free-after, so it counts them; A, and so the pool(s), are smaller by them; the headroom
-after the pools is larger by them. Steps ``neighbour`` / ``neighbour_gone`` record it (not the server's memory).
+after the pools is larger by them. With faults.load_contention_from "pool" it takes them once the weights are loaded
+and logged: SGLang measures the free memory again to size its pools (``profile_max_num_token``), so the pools are
+as much smaller while the log's weights and A are clean. Steps ``neighbour`` / ``neighbour_gone`` record it (not the server's memory).
 
 Multi-node (``--nnodes N``): the plan is the whole server's, every node's ranks on their own host (``hosts``); P and
 A are the MIN over all ranks of all nodes, so every node sizes the same pool. Each node computes the same plan from
@@ -544,6 +546,17 @@ class Server:
         except StartupFailure as failure:
             self.failure = failure
 
+    def _contend(self, phase):
+        """faults.load_contention_mib takes its memory on each rank's GPU, if its load_contention_from is ``phase``
+        (all or nothing: when they are not free it gets none)."""
+        if not self.contention:
+            return
+        for rank in self.ranks:
+            host = self.host_of(rank)
+            taken = host.load_contention(self.args.mem_fraction_static).get(rank.gpu, 0) * MIB
+            if host.contention_from == phase and taken and taken <= rank.free:
+                rank.contend(NEIGHBOUR_STEP, taken)
+
     def _each(self, step, size_of, kind="oom"):
         """Allocate one step on every rank, replica by replica; ``size_of(replica)`` gives the bytes."""
         for replica in self.replicas:
@@ -587,14 +600,11 @@ class Server:
                     rank = unbalanced[0]
                     raise StartupFailure("unbalanced", "init", rank.number, {"min": replica.p, "local": rank.free},
                                          [each.number for each in unbalanced])
-        if self.contention:
-            for rank in self.ranks:
-                taken = self.host_of(rank).load_contention(self.args.mem_fraction_static).get(rank.gpu, 0) * MIB
-                if taken and taken <= rank.free:
-                    rank.contend(NEIGHBOUR_STEP, taken)
+        self._contend("load")
         self._each("weights", lambda replica: self.weight_bytes)
         if self.draft is not None and self.era == ERA_CURRENT:
             self._each("draft_weights", lambda replica: self.draft_weight_bytes)
+        self._contend("pool")
         for replica in self.replicas:
             replica.a = min(rank.free for rank in replica.ranks)
             self._profile(replica)

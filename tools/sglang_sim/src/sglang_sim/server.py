@@ -392,7 +392,8 @@ class Process:
                                "RuntimeError: CUDA error: an illegal memory access was encountered")
             self.fatal()
         load_started = time.time()
-        self.neighbours(True)
+        if host.contention_from == "load":
+            self.neighbours(True)
         self.sleep(model.total_size / (host.weight_load_gb_per_s * 1e9), 0.3)
         time.sleep(float(self.faults.get("slow_start_s") or 0))
         self.check(failure, "weights")
@@ -404,6 +405,8 @@ class Process:
                                               _gib(self.step(rank, "init")[2] - self.step(rank, "weights")[2]))])
         if self.draft is not None and plan.era == memory.ERA_CURRENT:
             self.load_draft(failure)
+        if host.contention_from == "pool":
+            self.neighbours(True)
         self.check(failure, "profile")
         self.memory_pool(failure)
         self.capture(failure, "graph", "", plan.tokens_per_request())
