@@ -9,6 +9,8 @@ Also the step makers every run uses (:func:`call`, :func:`say`) and :class:`RunF
 from __future__ import annotations
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import start_findings
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import outside_bytes, unlisted_at
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import plan_start
 
 
@@ -127,10 +129,17 @@ class NodeSteps(object):
             return {"ok": True}
         watched = {}
         if step.get("watch"):
-            found = yield call("gpu_info", {"watch": step["watch"], "gpus": self.gpus}, may_fail=True)
+            # Memory another process takes or gives back here during the load moves this node's headroom: it is
+            # judged against this node's first look, as node 0 judges its own.
+            found = yield call("gpu_info", {"watch": step["watch"], "gpus": self.gpus,
+                                            "watch_units": [self.args["unit"]] if self.gpus else []}, may_fail=True)
             watched = found.get("watched") or {}
         running = yield self._fingerprint()
         boot = yield from self._boot()
+        moved = start_findings(watched.get("other_memory_seen"), outside_bytes(self.info.get("gpu_memory")),
+                               "during the load", unlisted_at(self.info.get("gpu_memory")))
+        if moved:   # the server's boot, as node 0 merges every node's (kv_multinode.server_boot)
+            boot = dict(boot, untrusted=list(boot.get("untrusted") or []) + moved)
         return {"ok": True, "min_free_gib_per_gpu": watched.get("min_free_gib_per_gpu") or {},
                 "running": bool(running["running"]), "same_start": running.get("invocation_id") == self.invocation_id,
                 "boot": boot}

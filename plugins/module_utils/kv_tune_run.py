@@ -30,7 +30,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings i
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import (
     failed_start, first_value, plan_start, safe_start)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import (
-    combine_units, neighbours, other_gib, outside_bytes, target_label, unit_gpus, unit_outcome)
+    combine_units, neighbours, other_gib, outside_bytes, target_label, unit_gpus, unit_outcome, unlisted_at)
 
 # Before the search each settling step changes one thing (restart a stale server, revert a pending trial, disarm
 # timers) and asks again; more than these in a row is a unit that does not settle.
@@ -347,8 +347,7 @@ class UnitRun(NodeSteps):
         yield from self._lock()
         self.first_other = outside_bytes(info.get("gpu_memory"), [found.get("gpu_memory")
                                                                   for found in self.neighbours.values()])
-        self.first_unlisted = {gpu["index"]: gpu["unlisted_bytes"] for gpu in info.get("gpu_memory") or []
-                               if gpu.get("unlisted_bytes") is not None}
+        self.first_unlisted = unlisted_at(info.get("gpu_memory"))
         tuner = yield from self._tuner(info, model, safe, plan)
         return (yield from self._search(tuner, info))
 

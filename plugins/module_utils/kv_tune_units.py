@@ -84,6 +84,12 @@ def outside_bytes(gpu_memory, neighbour_memory=()):
     return out
 
 
+def unlisted_at(gpu_memory):
+    """GPU index -> the bytes no process was listed for (boot_trust.unlisted_bytes), from kv_fingerprint's
+    ``gpu_memory``; a GPU whose total is not known is left out."""
+    return {gpu["index"]: gpu["unlisted_bytes"] for gpu in gpu_memory or [] if gpu.get("unlisted_bytes") is not None}
+
+
 def other_gib(gpu_memory):
     """GiB that other processes hold on the unit's GPUs (every GPU when none is known to be the unit's), from
     kv_fingerprint's ``gpu_memory``; None when it is not known."""

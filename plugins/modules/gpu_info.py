@@ -71,6 +71,15 @@ options:
     description: With O(watch), the indices of the GPUs RV(watched) covers; not set, every GPU.
     type: list
     elements: int
+  watch_units:
+    description:
+      - With O(watch) and O(gpus), the systemd units whose processes are the servers on those GPUs; meanwhile the
+        GPUs' compute processes are also read every second, and what processes outside those units hold there is
+        returned in RV(watched) as C(other_memory_seen), as the kv_stress module returns it.
+      - For a node of a multi-node server during the load node 0 drives, whose headroom another process would move.
+    type: list
+    elements: str
+    default: []
 notes:
   - On a GPU in MIG mode seen from an unprivileged container, NVML and nvidia-smi refuse the whole-GPU memory
     (C([Insufficient Permissions])); that GPU's memory values are then V(null), and so are RV(min_free_gib)
@@ -110,8 +119,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 watched:
-  description: With O(watch), the least free memory over the readings, per GPU of O(gpus) (GPU index as text ->
-    GiB) and over them, and how many readings were taken.
+  description:
+    - With O(watch), the least free memory over the readings, per GPU of O(gpus) (GPU index as text -> GiB) and over
+      them, and how many readings were taken.
+    - With O(watch_units) also C(other_memory_seen), what processes outside those units held on O(gpus) meanwhile
+      (RV(llmserve.sglang.kv_stress#module:other_memory_seen)); V(null) when no sample was taken.
   returned: when O(watch) is above 0
   type: dict
   sample: {"seconds": 120.0, "samples": 1187, "min_free_gib_per_gpu": {"4": 2.31, "5": 2.35}, "min_free_gib": 2.31}
@@ -245,6 +257,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import (
     free_memory_sampler,
     probe,
 )
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import start_watch
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import min_free_per_gpu
 
@@ -257,6 +270,7 @@ def build_module() -> AnsibleModule:
             watch=dict(type="float", default=0),
             watch_interval=dict(type="float", default=0.1),
             gpus=dict(type="list", elements="int"),
+            watch_units=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -281,6 +295,9 @@ def main() -> None:
 
     probe_args = dict(run_command=run_command, nvidia_smi=params["nvidia_smi"], prefer=params["prefer"], which=which)
     readings = []
+    # What another process takes or gives back on the GPUs meanwhile (gpu_watch, once a second).
+    watch = start_watch(module, params["gpus"], params["watch_units"]) \
+        if params["watch"] > 0 and params["gpus"] and params["watch_units"] else None
     deadline = time.monotonic() + params["watch"]
     try:
         # While the watch lasts, the memory only (kv_stress's sampler); the last reading is the whole probe.
@@ -296,6 +313,8 @@ def main() -> None:
         least = {str(index): round(free / 2.0 ** 30, 3) for index, free in sorted(min_free_per_gpu(readings).items())}
         result["watched"] = {"seconds": params["watch"], "samples": len(readings), "min_free_gib_per_gpu": least,
                              "min_free_gib": min(least.values()) if least else None}
+        if watch is not None:
+            result["watched"]["other_memory_seen"] = watch.result()["other_memory_seen"]
     module.exit_json(changed=False, **result)
 
 

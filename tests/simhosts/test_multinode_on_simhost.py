@@ -16,13 +16,15 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
 import yaml
 
-from simhost_lib import (HOST_JSON, PIN_DROPIN, SAFETY_GIB, TRIAL_DROPIN, controller, deployed, fact, invocation,
-                         running_fraction, server_argv, set_faults, ssh, trial_left, tune, wait_for, write_host_vars)
+from simhost_lib import (HOST_JSON, PIN_DROPIN, SAFETY_GIB, TRIAL_DROPIN, ansible, controller, deployed, fact,
+                         invocation, running_fraction, server_argv, set_faults, ssh, trial_left, tune, wait_for,
+                         write_host_vars)
 
 PREFIX = "simnodes"
 NODES = [f"{PREFIX}1", f"{PREFIX}2"]
@@ -107,6 +109,29 @@ def test_a_rerun_changes_nothing_on_either_node(server, tmp_path):
     assert run.status == "successful", run.stdout[-5000:]
     assert all(run.stats["changed"].get(host, 0) == 0 for host in NODES), run.stdout[-5000:]
     assert {host: invocation(host) for host in NODES} == before
+
+
+def test_a_node_watches_what_other_processes_take_on_its_gpus_during_a_load(server):
+    # What node 1 runs while node 0 drives a trial's load (gpu_info with watch_units, on a real systemd host): the
+    # 4 GiB held on GPU 3 all along, and 2 GiB another process takes on GPU 5 meanwhile, outside sglang.service.
+    def take():
+        time.sleep(2)
+        set_faults(NODES[1], gpu_occupied_mib={"3": 4096, "5": 2048})
+
+    taker = threading.Thread(target=take)
+    taker.start()
+    try:
+        results = ansible(server, "llmserve.sglang.gpu_info", "watch=6 gpus=3,5 watch_units=sglang.service")
+    finally:
+        taker.join()
+        set_faults(NODES[1], gpu_occupied_mib={"3": 4096})
+    seen = {entry["gpu"]: entry for entry in results[NODES[1]]["watched"]["other_memory_seen"]}
+    gib = 2 ** 30
+    assert (seen[3]["min_bytes"], seen[3]["max_bytes"]) == (4 * gib, 4 * gib), seen
+    assert (seen[5]["min_bytes"], seen[5]["max_bytes"]) == (0, 2 * gib), seen
+    assert [proc["pid"] for proc in seen[5]["processes"]] == [90005], seen
+    idle = results[NODES[0]]["watched"]["other_memory_seen"]
+    assert [(entry["min_bytes"], entry["max_bytes"]) for entry in idle] == [(0, 0), (0, 0)], idle
 
 
 def test_a_start_that_runs_node_1_out_of_memory_backs_off_from_node_1s_failure(server, tmp_path):
