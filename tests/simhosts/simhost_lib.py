@@ -250,6 +250,12 @@ def ssh(host: str, command: str, stdin: str | None = None, check: bool = True) -
     return proc.stdout
 
 
+def ansible_journal(host: str) -> str:
+    """What Ansible's modules logged to the host's journal (their invocations, no_log arguments masked)."""
+    return ssh(host, "journalctl --no-pager -o json | python3 -c \"import json, sys; [print(e.get('MESSAGE')) "
+                     "for e in map(json.loads, sys.stdin) if str(e.get('SYSLOG_IDENTIFIER', '')).startswith('ansible')]\"")
+
+
 def invocation(host: str, unit: str = "sglang.service") -> str:
     return ssh(host, f"systemctl show --property=InvocationID --value {unit}").strip()
 

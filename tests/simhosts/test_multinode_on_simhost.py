@@ -18,13 +18,14 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
-from simhost_lib import (HOST_JSON, PIN_DROPIN, SAFETY_GIB, TRIAL_DROPIN, ansible, controller, deployed, fact,
-                         invocation, running_fraction, server_argv, set_faults, ssh, trial_left, tune, wait_for,
-                         write_host_vars)
+from simhost_lib import (HOST_JSON, PIN_DROPIN, SAFETY_GIB, TRIAL_DROPIN, ansible, ansible_journal, controller,
+                         deployed, fact, invocation, running_fraction, server_argv, set_faults, ssh, trial_left, tune,
+                         wait_for, write_host_vars)
 
 PREFIX = "simnodes"
 NODES = [f"{PREFIX}1", f"{PREFIX}2"]
@@ -63,14 +64,36 @@ def oracle_max() -> float:
     return json.loads(out)["max_mem_fraction_static"]
 
 
-def ansible_journal(host: str) -> str:
-    """What Ansible's modules logged to the host's journal (their invocations, no_log arguments masked)."""
-    return ssh(host, "journalctl --no-pager -o json | python3 -c \"import json, sys; [print(e.get('MESSAGE')) "
-                     "for e in map(json.loads, sys.stdin) if str(e.get('SYSLOG_IDENTIFIER', '')).startswith('ansible')]\"")
+class ChannelReader(threading.Thread):
+    """Reads, while a run lasts, every message the nodes exchange (plugin_utils/node_channel.py: JSON files in a
+    kv-tune-* directory of ansible-playbook's local temporary directory, removed when it exits)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.messages, self.done = {}, threading.Event()
+
+    def run(self):
+        root = Path(os.path.expanduser("~/.ansible/tmp"))
+        while not self.done.wait(0.2):
+            for path in root.glob("ansible-local-*/kv-tune-*/*.json"):
+                try:
+                    self.messages[str(path)] = path.read_text(errors="replace")
+                except OSError:   # renamed or removed meanwhile
+                    pass
+
+    def stop(self):
+        self.done.set()
+        self.join(5)
+        return self.messages
 
 
 def test_the_server_is_tuned_as_one_and_pinned_on_both_nodes(server, tmp_path, measured):
-    run = tune(server, tmp_path, cmdline="-vvv")
+    channel = ChannelReader()
+    channel.start()
+    try:
+        run = tune(server, tmp_path, cmdline="-vvv")
+    finally:
+        messages = channel.stop()
     assert run.status == "successful", run.stdout[-8000:]
     result = json.loads((tmp_path / f"{NODES[0]}.json").read_text())
     assert result["status"] == "tuned", result
@@ -92,8 +115,12 @@ def test_the_server_is_tuned_as_one_and_pinned_on_both_nodes(server, tmp_path, m
     measured("two-node server (TP16 over 2 hosts, 4 GiB held on node 1): %s -> %s in %d restart(s), oracle %s"
              % (result["before"]["mem_fraction_static"], value, result["restarts"], truth))
     # The secrets sweep: the server ran with the key (its requests were authorised), and the key is in no line of
-    # the -vvv run, no report, no fact, no drop-in and no module invocation in either node's journal.
+    # the -vvv run, no message between the nodes, no report, no fact, no drop-in and no module invocation in either
+    # node's journal.
     assert API_KEY in " ".join(server_argv(NODES[0])) and API_KEY not in run.stdout
+    names = {Path(path).name for path in messages}
+    assert {"hello-1.json", "step-0.json", "ack-0-1.json"} <= names, sorted(names)
+    assert not [path for path, text in messages.items() if API_KEY in text]
     for path in tmp_path.rglob("*"):
         assert not path.is_file() or API_KEY not in path.read_text(errors="replace"), path
     for host in NODES:

@@ -21,13 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from simhost_lib import REPO, controller, deployed, invocation, play, set_faults, ssh, tune, wait_for
+from simhost_lib import (PIN_DROPIN, REPO, TRIAL_DROPIN, ansible_journal, controller, deployed, invocation, play,
+                         server_argv, set_faults, ssh, tune, wait_for, write_host_vars)
 
 PREFIX = "simroll"
 PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b"}
 CANARY = f"{PREFIX}1"
 HOOKS = REPO / "playbooks" / "rollout_hooks"
 LOCK = "/run/llmserve/kv-tune-sglang.service.lock"
+# The servers' API key (a vault variable in a real inventory): the rollout's gate, drain, upgrade, health check and
+# re-tune use it, and it may reach the servers and nothing the rollout writes or logs.
+API_KEY = "FAKE-simroll-api-key-not-a-real-secret"
 
 
 class LoadBalancer(ThreadingHTTPServer):
@@ -51,7 +55,10 @@ class LoadBalancer(ThreadingHTTPServer):
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    with deployed(tmp_path_factory.mktemp("simroll"), PREFIX, list(PROFILES.values())) as inventory:
+    def with_key(inventory):
+        write_host_vars(inventory, {host: {"sglang_service_api_key": API_KEY} for host in PROFILES})
+
+    with deployed(tmp_path_factory.mktemp("simroll"), PREFIX, list(PROFILES.values()), prepare=with_key) as inventory:
         tuned = tune(inventory, tmp_path_factory.mktemp("simroll-tune"), serial="100%")
         assert tuned.status == "successful", tuned.stdout[-5000:]
         yield inventory
@@ -69,12 +76,12 @@ def lb():
         server.server_close()
 
 
-def rollout(fleet: Path, reports: Path, lb: LoadBalancer, **extravars):
+def rollout(fleet: Path, reports: Path, lb: LoadBalancer, cmdline: str | None = None, **extravars):
     extravars = {"rollout_report_dir": str(reports), "kv_tune_report_dir": str(reports / "kv_tune"),
                  "rollout_drain_tasks": str(HOOKS / "example_lb_drain.yml"),
                  "rollout_undrain_tasks": str(HOOKS / "example_lb_undrain.yml"),
                  "example_lb_url": "http://127.0.0.1:%d" % lb.server_address[1], **extravars}
-    return play(fleet, playbook=REPO / "playbooks" / "rollout.yml", extravars=extravars)
+    return play(fleet, playbook=REPO / "playbooks" / "rollout.yml", extravars=extravars, cmdline=cmdline)
 
 
 def installed(host: str) -> str:
@@ -83,12 +90,14 @@ def installed(host: str) -> str:
 
 
 def served(host: str) -> str:
-    """The version the running server reports, after a real generation."""
+    """The version the running server reports, after a real generation (both asked with the API key)."""
     out = ssh(host, "python3 -c \"import json, urllib.request; "
+                    f"auth = {{'Authorization': 'Bearer {API_KEY}'}}; "
                     "r = urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:30000/generate', "
                     "data=json.dumps({'text': 'Hi', 'sampling_params': {'max_new_tokens': 1}}).encode(), "
-                    "headers={'Content-Type': 'application/json'}), timeout=30); assert r.status == 200; "
-                    "print(json.load(urllib.request.urlopen('http://127.0.0.1:30000/get_server_info'))['version'])\"")
+                    "headers=dict(auth, **{'Content-Type': 'application/json'})), timeout=30); assert r.status == 200; "
+                    "print(json.load(urllib.request.urlopen(urllib.request.Request("
+                    "'http://127.0.0.1:30000/get_server_info', headers=auth)))['version'])\"")
     return out.strip()
 
 
@@ -122,8 +131,18 @@ def test_a_release_that_crashes_on_the_canary_stops_the_rollout(fleet, tmp_path,
 
 
 def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
-    run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10")
+    run = rollout(fleet, tmp_path, lb, cmdline="-vvv", sglang_version="0.5.10")
     assert run.status == "successful", run.stdout[-8000:]
+    # The secrets sweep: the servers run with the key, which is in no line of the -vvv run, no report, no fact, no
+    # drop-in and no module invocation in the hosts' journals.
+    assert API_KEY not in run.stdout
+    for path in tmp_path.rglob("*"):
+        assert not path.is_file() or API_KEY not in path.read_text(errors="replace"), path
+    for host in PROFILES:
+        assert API_KEY in " ".join(server_argv(host)), host
+        kept = ssh(host, f"cat /etc/ansible/facts.d/sglang_kv.fact {PIN_DROPIN} {TRIAL_DROPIN} 2>/dev/null; "
+                         "true") + ansible_journal(host)
+        assert "Invoked with" in kept and API_KEY not in kept, host
     rows = summary(tmp_path)
     for host in PROFILES:
         assert installed(host) == "0.5.10" and served(host) == "0.5.10", host
