@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 
+from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import InvalidInput
 
 # Failures that say where the memory ran out; a peer's lost connection (nccl_error) or a timeout on another node is
@@ -147,7 +148,8 @@ def server_boot(leader_boot, follower_boots):
     how the start ended is node 0's, unless node 0 only saw another node fail (its peer's connection lost, a
     timeout) while a node has a memory failure of its own: then that node's facts, whose phase and numbers the tuner
     reads. Why a node's memory numbers cannot be trusted (its ``untrusted``) is the server's too, named by node: the
-    pool is sized from every node's."""
+    pool is sized from every node's. So are the ranks of one stage on different nodes that disagree (the same amount
+    taken on every GPU of one node shows in no node's own log)."""
     followers = sorted((follower_boots or {}).items())
     boots = [leader_boot or {}] + [boot or {} for _host, boot in followers]
     explaining = boots[0]
@@ -161,6 +163,10 @@ def server_boot(leader_boot, follower_boots):
             merged[key] = min(values)
     untrusted = list((leader_boot or {}).get("untrusted") or [])
     untrusted += ["node %s: %s" % (host, why) for host, boot in followers for why in (boot or {}).get("untrusted") or []]
+    if not untrusted and followers:
+        ranks = [dict(rank, tag=("%s %s" % (host, rank.get("tag") or "")).strip())
+                 for host, boot in [("node 0", leader_boot)] + followers for rank in (boot or {}).get("ranks") or []]
+        untrusted = boot_trust.findings({"ranks": ranks})
     if untrusted:
         merged["untrusted"] = untrusted
     return merged

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The steps of a server that spans hosts, for kv_tune_run.UnitRun: node 0 waits for the others to join, has each of
-them make its own kv_trial calls first and watch its GPUs during the load; the others say whether their pins hold and
+them make its own kv_trial calls first and watch its GPUs while its server starts and during the load; the others say whether their pins hold and
 then do what node 0 says until it is done (docs/DESIGN.md, "Servers that span hosts"). Messages go through the
 action (plugin_utils/node_channel.py's NodeLink); what the nodes' observations say together is kv_multinode's.
 Also the step makers every run uses (:func:`call`, :func:`say`) and :class:`RunFailed`."""
@@ -12,6 +12,11 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinod
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import start_findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import outside_bytes, unlisted_at
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import plan_start
+
+
+# Seconds of one look at a starting node's GPUs (gpu_info watch): the longest a follower then takes to see node 0's
+# next step, or a controller that is gone.
+START_WATCH_SPAN_S = 2
 
 
 def pin_value(info):
@@ -94,6 +99,7 @@ class NodeSteps(object):
         if status == "refuse":
             raise RunFailed(plan["msg"])
         self.info, self.invocation_id = info, info["invocation_id"]
+        self.start_moved = []
         number = 0
         while True:
             # The first step follows node 0's readiness check; a later one may follow a whole trial.
@@ -103,7 +109,10 @@ class NodeSteps(object):
                 break
             if step["do"] == "kv_trial":
                 yield from self._lock()
-            answer = yield from self._follow_step(step)
+            if step["do"] == "watch_start":
+                answer = yield from self._watch_start(number + 1, timeout)
+            else:
+                answer = yield from self._follow_step(step)
             yield {"nodes": "answer", "n": number, "message": dict(answer, rank=rank, host=self.host)}
             number += 1
         line = "%s: node %d of the server led by %s: %s" % (self.label, rank, step["leader"], step.get("line"))
@@ -113,6 +122,21 @@ class NodeSteps(object):
         if step["status"] in ("failed", "no_stable_value"):
             out["msg"] = line
         return out
+
+    def _watch_start(self, following, timeout):
+        """While this node's server starts on node 0's trial: what other processes take or give back on its GPUs, in
+        spans of START_WATCH_SPAN_S (between two, the action sees a controller that is gone and reverts), until node
+        0's next step (number ``following``) is there: node 0 is ready or gave up. Kept for the load's answer."""
+        first, unlisted = outside_bytes(self.info.get("gpu_memory")), unlisted_at(self.info.get("gpu_memory"))
+        self.start_moved = []
+        for _span in range(int(timeout // START_WATCH_SPAN_S) + 1):
+            if (yield {"nodes": "posted", "n": following}):
+                break
+            found = yield call("gpu_info", {"watch": START_WATCH_SPAN_S, "gpus": self.gpus,
+                                            "watch_units": [self.args["unit"]] if self.gpus else []}, may_fail=True)
+            seen = (found.get("watched") or {}).get("other_memory_seen")
+            self.start_moved = self.start_moved or start_findings(seen, first, "while the server started", unlisted)
+        return {"ok": True}
 
     def _follow_step(self, step):
         """One of node 0's steps on this node: a kv_trial state (the same value and record), or watching the GPUs
@@ -136,8 +160,9 @@ class NodeSteps(object):
             watched = found.get("watched") or {}
         running = yield self._fingerprint()
         boot = yield from self._boot()
-        moved = start_findings(watched.get("other_memory_seen"), outside_bytes(self.info.get("gpu_memory")),
-                               "during the load", unlisted_at(self.info.get("gpu_memory")))
+        moved, self.start_moved = self.start_moved + start_findings(
+            watched.get("other_memory_seen"), outside_bytes(self.info.get("gpu_memory")), "during the load",
+            unlisted_at(self.info.get("gpu_memory"))), []
         if moved:   # the server's boot, as node 0 merges every node's (kv_multinode.server_boot)
             boot = dict(boot, untrusted=list(boot.get("untrusted") or []) + moved)
         return {"ok": True, "min_free_gib_per_gpu": watched.get("min_free_gib_per_gpu") or {},

@@ -171,6 +171,7 @@ class UnitRun(NodeSteps):
         self.node = None        # this unit's part in a multi-node server (kv_multinode.node_of)
         self.ranks = None       # node 0 once the others joined: their ranks
         self.boots = None       # node 0: the others' startup facts as they joined
+        self.start_moved = []   # the other nodes: what moved on their GPUs while their server started
         self.locked = False     # this run holds the unit's lock (the action releases it whatever happens)
         self.lock_held = lock_held  # the caller (rollout.yml) holds the lock as run_id, and releases it itself
         self.changed = False
@@ -478,6 +479,9 @@ class UnitRun(NodeSteps):
         # A start is watched: memory another process takes or gives back on its GPUs while SGLang measures them
         # changes the pool, and the log need not show it.
         watched = (self.gpus or sorted(self.first_other)) if started else None
+        if started and self.ranks is not None:
+            # The other nodes watch their own GPUs the same way, until this node's next step.
+            yield from self._tell({"do": "watch_start"}, wait=False)
         ready = yield self._ready((started or {}).get("invocation_id") or self.invocation_id, gpus=watched)
         observed = None
         if self.ranks is not None:

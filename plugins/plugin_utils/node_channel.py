@@ -75,8 +75,9 @@ class NodeLink:
 
     Node 0: ``join`` (wait for the others' hellos; answers them as a list), ``tell`` (post the next step, numbered
     here; answers its number), ``answers`` (wait for every other node's answer to a step; a list). The others:
-    ``hello`` (post what this node's pin says), ``next`` (wait for step ``n``; answers it), ``answer`` (post this
-    node's answer to step ``n``). ``check()`` runs between looks (it raises when ansible-playbook is gone)."""
+    ``hello`` (post what this node's pin says), ``next`` (wait for step ``n``; answers it), ``posted`` (whether
+    step ``n`` is there yet; no wait), ``answer`` (post this node's answer to step ``n``). ``check()`` runs between
+    looks (it raises when ansible-playbook is gone)."""
 
     def __init__(self, channel, rank, check=None):
         self.channel, self.rank, self.check = channel, rank, check
@@ -93,6 +94,10 @@ class NodeLink:
             return self.channel.post("hello-%d" % self.rank, step["message"])
         if kind == "answer":
             return self.channel.post("ack-%d-%d" % (step["n"], self.rank), step["message"])
+        if kind == "posted":
+            if self.check is not None:
+                self.check()
+            return self.channel.read("step-%s" % step["n"]) is not None
         names = {"join": ["hello-%d" % rank for rank in step.get("ranks", ())],
                  "answers": ["ack-%s-%d" % (step.get("n"), rank) for rank in step.get("ranks", ())],
                  "next": ["step-%s" % step.get("n")]}[kind]

@@ -261,6 +261,30 @@ def test_a_commit_that_cannot_be_written_on_node_0_pins_neither_node(server, tmp
         assert ssh(host, f"ls {directory}").split() == [os.path.basename(PIN_DROPIN)]   # nothing prepared is left
 
 
+def test_memory_taken_on_the_other_node_while_each_start_loads_pins_nothing(server, tmp_path):
+    """Fault: another process takes 2 GiB on every GPU of node 1 while each start loads its weights (held 3 s) and
+    gives them back after the pool: node 1's own log is even, the server's pool comes out smaller and the memory
+    given back reads as headroom. Node 1 watches its GPUs while its server starts: the trial is untrusted, started
+    again once, then the run stops with both nodes on their pin."""
+    pinned = {host: fact(host) for host in NODES}
+    set_faults(NODES[1], gpu_occupied_mib={"3": 4096}, slow_start_s=3,
+               load_contention_mib={str(gpu): 2048 for gpu in range(8)})
+    try:
+        run = tune(server, tmp_path, kv_tune_force=True,
+                   kv_tune_start=round(pinned[NODES[0]]["mem_fraction_static"] - 0.02, 3))
+    finally:
+        set_faults(NODES[1], gpu_occupied_mib={"3": 4096})
+    result = json.loads((tmp_path / f"{NODES[0]}.json").read_text())
+    assert [trial["outcome"] for trial in result["trials"]] == ["untrusted", "unverified"], result["trials"]
+    assert run.status == "failed" and result["status"] == "failed", run.stdout[-8000:]
+    why = result["trials"][0]["why"]
+    assert f"node {NODES[1]}: another process held up to 2.00 GiB on GPU 0 while the server started" in why, why
+    for host in NODES:
+        assert fact(host)["time"] == pinned[host]["time"], host
+        assert running_fraction(host) == pytest.approx(pinned[host]["mem_fraction_static"]), host
+        assert not trial_left(host), host
+
+
 def test_the_controller_killed_during_a_two_node_load_reverts_both_nodes_at_once(server, tmp_path, measured):
     """Fault: ansible-playbook killed (its workers live on) while node 0 drives a trial's load. Before, node 0's
     revert first waited for node 1, gave up as the controller was gone, and left node 0 on the unverified value until

@@ -96,6 +96,21 @@ def test_a_nodes_untrusted_memory_numbers_are_the_servers_named_by_node():
     assert "untrusted" not in mn.server_boot({"pre_load_free_gib": 1.0}, {"n1": None})
 
 
+def test_ranks_of_one_stage_on_different_nodes_that_disagree_make_the_server_untrusted():
+    # 2 GiB taken on every GPU of node n1 while it loaded: its own log is even, the server's is not.
+    def boot(weights, tags):
+        return {"ranks": [{"tag": tag, "weights_gib": weights} for tag in tags], "untrusted": []}
+
+    merged = mn.server_boot(boot(4.4, ["TP0", "TP1"]), {"n1": boot(6.4, ["TP2", "TP3"])})
+    assert merged["untrusted"] == [
+        "ranks that load the same shards report different weights: n1 TP2 6.40 GiB, node 0 TP0 4.40 GiB: free memory "
+        "moved on some GPUs during the load (another process?), so P and A are not what SGLang's pool will see next "
+        "time"]
+    assert mn.server_boot(boot(4.4, ["TP0", "TP1"]), {"n1": boot(4.41, ["TP2", "TP3"])})["untrusted"] == []
+    # pipeline stages on different nodes hold different layers
+    assert mn.server_boot(boot(40.0, ["PP0 TP0"]), {"n1": boot(30.0, ["PP1 TP0"])})["untrusted"] == []
+
+
 def test_the_boot_that_explains_a_failed_start_is_the_node_that_ran_out_of_memory():
     echo = {"failure": {"kind": "nccl_error", "line": "Connection closed by remote peer"}}
     oom = {"failure": {"kind": "capture_oom", "line": "Capture cuda graph failed"}}

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout, NodeChannel
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout, NodeChannel, NodeLink
 
 
 def test_a_message_is_read_once_it_is_complete(tmp_path):
@@ -42,3 +42,17 @@ def test_wait_names_what_is_missing_after_its_timeout_and_lets_check_give_up(tmp
         raise RuntimeError("controller gone")
     with pytest.raises(RuntimeError, match="controller gone"):
         channel.wait(["hello-2"], 5, "the other nodes", check=gone, interval=0.01)
+
+
+def test_a_follower_asks_whether_node_0s_next_step_is_posted_without_waiting(tmp_path):
+    channel = NodeChannel("task", "server", directory=str(tmp_path))
+    leader, follower = NodeLink(channel, 0), NodeLink(channel, 1)
+    assert follower.perform({"nodes": "posted", "n": 0}) is False
+    assert leader.perform({"nodes": "tell", "message": {"do": "observe"}}) == 0
+    assert follower.perform({"nodes": "posted", "n": 0}) is True and follower.perform({"nodes": "posted", "n": 1}) is False
+
+    def gone():
+        raise RuntimeError("ansible-playbook is gone")
+
+    with pytest.raises(RuntimeError, match="gone"):
+        NodeLink(channel, 1, check=gone).perform({"nodes": "posted", "n": 1})
