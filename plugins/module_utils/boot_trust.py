@@ -43,7 +43,8 @@ RANK_SPREAD_GIB = 0.5
 # A CUDA context is about 0.3-0.5 GiB: less than that moving is not another process's allocation.
 WATCH_SLACK_GIB = 0.25
 
-__all__ = ["add_sample", "checkpoint_bytes", "findings", "pool_window_gib", "start_findings", "unlisted_bytes"]
+__all__ = ["add_sample", "checkpoint_bytes", "findings", "pool_findings", "pool_window_gib", "start_findings",
+           "unlisted_bytes"]
 
 
 def checkpoint_bytes(index):
@@ -127,6 +128,20 @@ def findings(facts, checkpoint_size=None):
             "process?), so the pool and the headroom of this start are not what the next start will see"
             % (_tag(high), most, _tag(low), least))
     return found
+
+
+def pool_findings(residual_gib, reference_gib):
+    """A sentence when the pool of a start is off SGLang's formula at its own P, A and f by other than what it was at
+    the run's first start (``residual_gib``, ``reference_gib``: kv_tune_model.pool_residual_gib of each): what the
+    formula leaves out is the same at every start of one configuration, so memory moved on the GPUs while SGLang
+    measured them again to size the pool. An empty list when they agree within WATCH_SLACK_GIB or one is unknown."""
+    if residual_gib is None or reference_gib is None or abs(residual_gib - reference_gib) <= WATCH_SLACK_GIB:
+        return []
+    return ["the pool SGLang logged is %.2f GiB %s than its formula gives at this start's P, A and f, where the run's "
+            "first start's was %.2f GiB %s: memory moved on the GPUs while SGLang measured them again and sized the "
+            "pool (another process?), so the pool and the headroom of this start are not what the next start will see"
+            % (abs(residual_gib), "smaller" if residual_gib >= 0 else "larger", abs(reference_gib),
+               "smaller" if reference_gib >= 0 else "larger")]
 
 
 def unlisted_bytes(gpu):

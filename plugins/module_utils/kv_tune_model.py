@@ -62,3 +62,41 @@ def lower_bound(boot, model, min_tokens=None):
     return kv_search.lower_bound(p, a, target_tokens=min_tokens if model else None,
                                  cell_size_bytes=model.get("cell_size_bytes"), page_size=model.get("page_size", 1),
                                  mm_reservation_gib=model.get("mm_reservation_gib", 0.0))
+
+
+# The server args capacity() reads, by their memory_args names.
+_POOL_OPTIONS = ("tp_size", "dp_size", "kv_cache_dtype", "page_size", "max_total_tokens", "max_running_requests",
+                 "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                 "speculative_num_draft_tokens", "chunked_prefill_size", "mamba_ssm_dtype", "mamba_full_memory_ratio",
+                 "max_mamba_cache_size")
+
+
+def pool_residual_gib(config, memory_args, sglang_version, environment, boot):
+    """GiB of the budget that the pool of this boot did not get, by SGLang's formula at the boot's own P, A and f:
+    (the formula's tokens - the logged tokens) x the formula's pool bytes per token. Whatever the formula leaves out
+    (a LoRA buffer, a workspace taken before the pool) is the same at every boot of one configuration, so the figure
+    is too, to SGLang's 0.01 GB of rounding, unless memory moved while SGLang measured the free memory again and sized
+    the pool. None when it cannot be computed: no config, no P, A, f or pool in the log, a 0.4.x multimodal
+    reduction, a pool sized after CUDA-graph capture, a model the formula does not read."""
+    boot, args = boot or {}, memory_args or {}
+    p, a = boot.get("pre_load_free_gib"), boot.get("post_load_free_gib")
+    f = (boot.get("server_args") or {}).get("mem_fraction_static") or boot.get("mem_fraction_static")
+    logged = boot.get("max_total_num_tokens") or boot.get("kv_tokens")
+    if config is None or not p or not a or not f or not isinstance(logged, int) or logged <= 0 \
+            or boot.get("mem_fraction_static_source") == "multimodal_reduction":
+        return None
+    try:
+        shape = kv_shape.model_shape(config, dtype=args.get("dtype") or "auto")
+        if kv_capacity_report.post_capture_sizing(shape, sglang_version, environment or {}):
+            return None
+        options = {name: args[name] for name in _POOL_OPTIONS if args.get(name) is not None}
+        result = kv_capacity_report.capacity(
+            shape, f, p, a, sglang_version=sglang_version, environment=environment or {},
+            enable_dp_attention=bool(args.get("enable_dp_attention")),
+            disable_radix_cache=bool(args.get("disable_radix_cache")), **options)
+    except kv_base.KvModelError:
+        return None
+    tokens = result["max_total_num_tokens"]
+    if not tokens:
+        return None
+    return (tokens - logged) * result["kv_pool_gib"] / tokens

@@ -19,12 +19,13 @@ The search itself is :class:`kv_tune.Tuner`'s; a :class:`UnitRun` turns its step
 from __future__ import annotations
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode
-from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import start_findings
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import pool_findings, start_findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_search import value_text
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import Tuner
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_classes import class_value, verify_value
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import report_markdown, result_line
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import lower_bound, model_inputs
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import (
+    lower_bound, model_inputs, pool_residual_gib)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_nodes import NodeSteps, RunFailed, call, say
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import check_settings, with_defaults
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import (
@@ -172,6 +173,8 @@ class UnitRun(NodeSteps):
         self.ranks = None       # node 0 once the others joined: their ranks
         self.boots = None       # node 0: the others' startup facts as they joined
         self.start_moved = []   # the other nodes: what moved on their GPUs while their server started
+        self.pool_inputs = None     # what kv_tune_model.pool_residual_gib needs of the unit (None: not judged)
+        self.pool_reference = None  # that figure at the run's first trusted start
         self.locked = False     # this run holds the unit's lock (the action releases it whatever happens)
         self.lock_held = lock_held  # the caller (rollout.yml) holds the lock as run_id, and releases it itself
         self.changed = False
@@ -337,6 +340,9 @@ class UnitRun(NodeSteps):
         # The formula must know the model (attention, dtype) before anything restarts: an unknown one fails here.
         model = model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"],
                              info.get("sizing_environment"))
+        if model and not model["post_capture_sizing"]:
+            self.pool_inputs = (info["config"], info["fingerprint"]["server_args"], info["sglang_version"],
+                                info.get("sizing_environment"))
         if model and model["post_capture_sizing"]:
             self.sizing = "after CUDA-graph capture"
             yield say("%s: SGLang %s sizes the KV pool of %s after CUDA-graph capture (SGLANG_ENABLE_POST_CAPTURE_KV_"
@@ -370,6 +376,7 @@ class UnitRun(NodeSteps):
             boot, why, self.invocation_id = (yield from self._boot()), plan["why"], info["invocation_id"]
             if self.ranks is not None:   # the server's P and A: the least of any node's, as it joined
                 boot = kv_multinode.server_boot(boot, self.boots)
+        self._judge_pool(boot)   # the running start, measured before any restart, is the pool's reference
         running_value = info["mem_fraction_static"]
         if running_value is None:
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
@@ -501,8 +508,23 @@ class UnitRun(NodeSteps):
             seen = {ack["host"]: ack for ack in (yield from self._answers(observed))}
             stress = kv_multinode.merge_samples(stress, seen) if stress is not None else None
             boot = kv_multinode.server_boot(boot, {host: ack.get("boot") for host, ack in seen.items()})
+        boot = self._judge_pool(boot)
         return {"started": started, "ready": ready, "stress": stress, "boot": boot,
                 "running": running if running["running"] else None}
+
+    def _judge_pool(self, boot):
+        """The boot, untrusted when its pool is off the formula at its own P, A and f by other than the run's first
+        trusted start's (the running server's when its log has one: what the formula leaves out of this
+        configuration)."""
+        residual = pool_residual_gib(*self.pool_inputs, boot) if self.pool_inputs else None
+        if residual is None:
+            return boot
+        if self.pool_reference is None:
+            if not boot.get("untrusted"):
+                self.pool_reference = residual
+            return boot
+        moved = pool_findings(residual, self.pool_reference)
+        return dict(boot, untrusted=list(boot.get("untrusted") or []) + moved) if moved else boot
 
     # -- after the search ----------------------------------------------------------------------------------------
 

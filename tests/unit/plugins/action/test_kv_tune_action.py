@@ -34,7 +34,7 @@ INFO = {"takes_kv_args": True, "lock": None, "stale": [], "running": True, "tria
         "checkpoint_bytes": None, "config": CONFIG, "sglang_version": "0.5.9",
         "server_args": {"tp_size": 8, "mem_fraction_static": 0.88}, "changed": False}
 # sglang_startup_facts of a boot at 0.88: P and A per GPU, the pool.
-BOOT = {"pre_load_free_gib": 78.5, "post_load_free_gib": 13.9, "max_total_num_tokens": 120000,
+BOOT = {"pre_load_free_gib": 78.5, "post_load_free_gib": 13.9, "max_total_num_tokens": 117440,
         "kv_size_gib": 4.5, "server_args": {"mem_fraction_static": 0.88}}
 
 
