@@ -14,7 +14,9 @@ Pure and stdlib only. The checks, each a finding (a sentence with the numbers) w
 - while a restarted server starts, sglang_ready watches its GPUs (:func:`add_sample`): memory that processes outside
   the unit hold there and that grows or shrinks by over ``WATCH_SLACK_GIB`` against the run's first look moved under
   SGLang's measurements, whatever the log says (the same amount taken on every GPU, below the checkpoint's slack,
-  shows nowhere else) (:func:`start_findings`).
+  shows nowhere else) (:func:`start_findings`). kv_stress watches the load the same way, and the look at the GPUs
+  after it (the trial's kv_fingerprint, just before the trial is judged and committed) is judged so too
+  (:func:`look_findings`).
 - memory no process is listed for (a GPU's ``memory.used`` less every compute process NVML lists: another
   container's process, or one NVML cannot attribute) is watched the same way, against its amount at the first look.
   The total and the processes are two reads, so a server that grows between them makes this figure jitter: it counts
@@ -43,8 +45,8 @@ RANK_SPREAD_GIB = 0.5
 # A CUDA context is about 0.3-0.5 GiB: less than that moving is not another process's allocation.
 WATCH_SLACK_GIB = 0.25
 
-__all__ = ["add_sample", "checkpoint_bytes", "findings", "pool_findings", "pool_window_gib", "start_findings",
-           "unlisted_bytes"]
+__all__ = ["add_sample", "checkpoint_bytes", "findings", "look_findings", "pool_findings", "pool_window_gib",
+           "start_findings", "unlisted_bytes"]
 
 
 def checkpoint_bytes(index):
@@ -205,6 +207,18 @@ def start_findings(seen, before, during="while the server started", unlisted_bef
                          "(%.2f GiB at the least): this start had memory the next one may not have"
                          % (entry["gpu"], was / GIB, during, entry["min_bytes"] / GIB))
     return found
+
+
+def look_findings(gpu_memory, gpus, before, unlisted_before=None, during="between the load and the commit"):
+    """:func:`start_findings` for one look at the GPUs (kv_fingerprint's ``gpu_memory``, whose ``other_bytes`` leave out
+    the unit's neighbours' processes) on ``gpus`` (None: every GPU): memory that came or went outside the server
+    after its watched start and load, before the trial is judged. One sample, where the watches need two in a row
+    for memory no process is listed for: the server is idle then and no longer grows between the two reads."""
+    seen = [{"gpu": gpu["index"], "min_bytes": gpu.get("other_bytes") or 0, "max_bytes": gpu.get("other_bytes") or 0,
+             "processes": [dict(proc, max_bytes=0) for proc in gpu.get("other_processes") or []],
+             "unlisted_min_bytes": gpu.get("unlisted_bytes"), "unlisted_max_bytes": gpu.get("unlisted_bytes")}
+            for gpu in gpu_memory or [] if gpus is None or gpu["index"] in gpus]
+    return start_findings(seen, before, during, unlisted_before)
 
 
 def _unlisted_findings(entry, was, during):

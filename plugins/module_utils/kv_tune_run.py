@@ -19,7 +19,8 @@ The search itself is :class:`kv_tune.Tuner`'s; a :class:`UnitRun` turns its step
 from __future__ import annotations
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode
-from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import pool_findings, start_findings
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import (
+    look_findings, pool_findings, start_findings)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_search import value_text
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import Tuner
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_classes import class_value, verify_value
@@ -40,8 +41,13 @@ SETTLE_STEPS = 4
 _OWN_STATES = ("locked", "unlocked", "disarmed")
 
 
-def fingerprint_args(args, unit=None):
-    return {"unit": unit or args["unit"], "model_revision": args["model_revision"], "require_running": False}
+def fingerprint_args(args, unit=None, also_units=()):
+    """kv_fingerprint's arguments for ``unit``; the processes of ``also_units`` (its neighbours) are not counted as
+    other processes' memory."""
+    found = {"unit": unit or args["unit"], "model_revision": args["model_revision"], "require_running": False}
+    if also_units:
+        found["also_units"] = list(also_units)
+    return found
 
 
 def ready_call(args, unit, url, invocation_id=None, may_fail=False, gpus=None, also_units=()):
@@ -182,8 +188,8 @@ class UnitRun(NodeSteps):
 
     # -- module calls --------------------------------------------------------------------------------------------
 
-    def _fingerprint(self, unit=None):
-        return call("kv_fingerprint", fingerprint_args(self.args, unit))
+    def _fingerprint(self, unit=None, also_units=()):
+        return call("kv_fingerprint", fingerprint_args(self.args, unit, also_units))
 
     def _ready(self, invocation_id=None, unit=None, url=None, may_fail=False, gpus=None):
         # The neighbours' processes are theirs, not another process's: the joint load judges what they hold.
@@ -496,12 +502,15 @@ class UnitRun(NodeSteps):
             observed = yield from self._tell({"do": "observe", "watch": self.args["stress_duration"] + 5
                                               if ready["ready"] else 0}, wait=False)
         stress = (yield from self._load()) if ready["ready"] else None
-        running = yield self._fingerprint()
+        # The last look at the GPUs before the trial is judged (and committed): the neighbours' memory is theirs.
+        running = yield self._fingerprint(also_units=sorted(self.neighbours))
         boot = yield from self._boot()
         moved = start_findings(ready.get("other_memory_seen"), self.first_other,
                                unlisted_before=self.first_unlisted) if started else []
         moved += start_findings((stress or {}).get("other_memory_seen"), self.first_other, "during the load",
                                 self.first_unlisted)
+        if running["running"] and stress is not None:
+            moved += look_findings(running.get("gpu_memory"), self.gpus, self.first_other, self.first_unlisted)
         if moved:
             boot = dict(boot, untrusted=list(boot.get("untrusted") or []) + moved)
         if self.ranks is not None:

@@ -67,6 +67,13 @@ options:
         fingerprint.
     type: bool
     default: true
+  also_units:
+    description:
+      - Units whose processes RV(gpu_memory) counts neither as the unit's nor as other processes' - the servers that
+        share its GPUs, whose memory the caller knows otherwise.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - llmserve.sglang.gpu_probe
 seealso:
@@ -130,6 +137,7 @@ gpu_memory:
       starts again), in bytes; V(null) when there is no fingerprint.
     - C(unlisted_bytes) is the GPU's used memory that no listed compute process holds (another container's, or
       one NVML cannot attribute), V(null) when the total is not known.
+    - The processes of O(also_units) are in neither C(server_bytes) nor C(other_bytes).
   returned: success
   type: list
   elements: dict
@@ -264,6 +272,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust, host_files, kv_pin, server_args as sa
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import FingerprintError, fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
+from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import control_group
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_properties)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import SIZING_VARIABLES
@@ -408,11 +417,13 @@ def _utc(info):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(info.st_mtime))
 
 
-def gpu_memory(gpus, server_pids):
-    """Per GPU: the unit's memory and the others' (bytes), and the other processes."""
+def gpu_memory(gpus, server_pids, known_pids=frozenset()):
+    """Per GPU: the unit's memory and the others' (bytes), and the other processes; ``known_pids`` (the processes of
+    also_units) count as neither."""
     out = []
     for gpu in gpus:
-        others = [proc for proc in gpu.get("compute_processes") or [] if proc["pid"] not in server_pids]
+        others = [proc for proc in gpu.get("compute_processes") or []
+                  if proc["pid"] not in server_pids and proc["pid"] not in known_pids]
         mine = [proc for proc in gpu.get("compute_processes") or [] if proc["pid"] in server_pids]
         out.append({"index": gpu["index"], "total_bytes": gpu.get("memory_total_bytes"),
                     "reserved_bytes": gpu.get("memory_reserved_bytes") or 0,
@@ -430,6 +441,7 @@ def main() -> None:
             model_revision=dict(type="str"),
             fact_path=dict(type="path", default=kv_pin.FACT_PATH),
             require_running=dict(type="bool", default=True),
+            also_units=dict(type="list", elements="str", default=[]),
             nvidia_smi=dict(type="path"),
             prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
         ),
@@ -514,6 +526,9 @@ def describe(module, fp_reader, state, argv, started, pid):
     except (GpuProbeError, FingerprintError, sa.ServerArgsError) as exc:
         raise Unavailable("cannot fingerprint %s: %s" % (unit, exc)) from None
     server_pids = fp_reader.server_pids(state.get("ControlGroup") or "", pid) if pid else set()
+    known_pids = set()
+    for group in [control_group(module, other) for other in module.params["also_units"]]:
+        known_pids |= (host_files.unit_pids(group) if group else None) or set()
     # One read of the unit's environment (its files hold secrets: only these variables are taken from them).
     environment, problem = host_files.unit_variables(state, ("CUDA_VISIBLE_DEVICES",) + SIZING_VARIABLES)
     sizing_environment = {name: environment[name] for name in SIZING_VARIABLES if name in environment}
@@ -526,7 +541,7 @@ def describe(module, fp_reader, state, argv, started, pid):
                 api_key_set=args.get("api_key") is not None, url=sa.probe_url(args), model_path=model_path,
                 model_config=config_path, config=config, sglang_version=version, sglang_metadata=metadata,
                 checkpoint_bytes=fp_reader.checkpoint_bytes(model_path, uid, gids),
-                stale=fp_reader.stale, gpu_memory=gpu_memory(gpus["gpus"], server_pids))
+                stale=fp_reader.stale, gpu_memory=gpu_memory(gpus["gpus"], server_pids, known_pids))
 
 
 if __name__ == "__main__":

@@ -89,8 +89,13 @@ def test_from_the_pool_it_takes_after_the_weights_and_the_log_of_the_weights_is_
 
 @pytest.mark.parametrize("value", ["profile", None, 1])
 def test_a_phase_the_simulator_does_not_know_is_refused(value):
-    with pytest.raises(SimConfigError, match=r"faults.load_contention_from must be one of \['load', 'pool'\]"):
+    with pytest.raises(SimConfigError, match=r"faults.load_contention_from must be one of \['load', 'pool', 'idle'\]"):
         hostspec.Host(simlib.profile_host("field", faults={"load_contention_from": value}), "host.json")
+
+
+def test_idle_takes_nothing_while_the_server_starts():
+    clean, plan = _plan("field", _contended({"3": 2048}, load_contention_from="idle"))
+    assert [rank.steps for rank in plan.ranks] == [rank.steps for rank in clean.ranks]
 
 
 def test_the_oracle_plan_and_the_gates_ignore_it():
@@ -209,6 +214,37 @@ def test_an_unlisted_neighbour_is_in_the_gpus_used_memory_under_no_process(make_
     ranks = _by_tag(parse_startup_log(server.log))    # taken on both GPUs, listed or not
     assert ranks["TP5"]["weights_gib"] == pytest.approx(ranks["TP2"]["weights_gib"], abs=0.011)
     assert ranks["TP5"]["weights_gib"] == pytest.approx(ranks["TP0"]["weights_gib"] + 4.0, abs=0.011)
+
+
+def test_idle_after_a_load_the_neighbour_takes_its_memory_and_keeps_it(make_sim):
+    """load_contention_from "idle": a start and a load are clean; once a load that reserved half the pool has ended
+    and the server is asked for its info (kv_stress's last call), the other process holds its memory, listed, until
+    the server exits."""
+    sim = make_sim("single-gpu", faults=_contended({"0": 2048}, load_contention_from="idle"))
+    server = sim.start(simlib.launch_args("single-gpu", max_total_tokens=16384))
+    assert server.wait_ready(), server.log
+
+    def neighbour():
+        gpu = probe_nvidia_smi(sim.smi_runner())["gpus"][0]
+        return [process["used_memory_bytes"] for process in gpu["compute_processes"] if process["pid"] == NEIGHBOUR_PID]
+
+    # A generation is no load (a 9,000-token request alone is 55% of the pool: a short one is not half).
+    assert simlib.flood(server.url, 2, 100, 4) == [200] * 2
+    assert simlib.request(server.url + "/get_server_info")[0] == 200
+    time.sleep(hostspec.CONTENTION_AFTER_INFO_S + 0.5)
+    assert neighbour() == []
+    assert simlib.flood(server.url, 3, 9000, 16) == [200] * 3
+    time.sleep(hostspec.CONTENTION_AFTER_INFO_S + 0.5)
+    assert neighbour() == []    # idle after the load, not yet asked
+    assert simlib.request(server.url + "/get_server_info")[0] == 200
+    deadline = time.time() + 10
+    while not neighbour() and time.time() < deadline:
+        time.sleep(0.2)
+    assert neighbour() == [2048 * MIB]
+    time.sleep(1)
+    assert neighbour() == [2048 * MIB]
+    server.stop()
+    assert neighbour() == []
 
 
 @pytest.mark.parametrize("value", [[8], [-1], ["5"], [True], {"5": 1}, 5])

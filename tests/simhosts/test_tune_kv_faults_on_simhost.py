@@ -152,8 +152,16 @@ def test_another_process_on_one_gpu_stops_the_tune_before_any_restart(fleet, tmp
     # formula at the log's own P, A and f where the first start's was not.
     ({"load_contention_mib": {str(gpu): 2048 for gpu in range(8)}, "load_contention_from": "pool"},
      ["the pool SGLang logged is 2.0"]),
+    # 2 GiB on every GPU once the load has ended (the simulator: 0.1 s after kv_stress's last request, when its watch
+    # has stopped), listed on GPUs 0-3, not on 4-7: the start and the load were clean; the trial's look at the GPUs
+    # before the commit sees it. (That look reads the processes and the totals in two nvidia-smi queries: the
+    # memory may come between them, so only the listed process is sure to be seen.)
+    ({"load_contention_mib": {str(gpu): 2048 for gpu in range(8)}, "load_contention_unlisted": [4, 5, 6, 7],
+      "load_contention_from": "idle"},
+     ["another process held up to 2.00 GiB on GPU 0 between the load and the commit"]),
 ], ids=["on one GPU, seen in the log", "on every GPU, seen by the watch, listed or not",
-        "on one GPU while the pool is sized, seen in the log", "on every GPU while the pool is sized, seen in the pool"])
+        "on one GPU while the pool is sized, seen in the log", "on every GPU while the pool is sized, seen in the pool",
+        "on every GPU after the load, seen before the commit"])
 def test_memory_taken_while_each_start_loads_pins_nothing(fleet, tmp_path, faults, why):
     # Another process takes memory while each start loads its weights and gives it back after the pool: the pool
     # comes out smaller and the memory given back reads as headroom (before: 0.955 and 0.93 pinned, oracle 0.910).

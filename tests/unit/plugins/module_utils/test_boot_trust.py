@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import (
-    add_sample, checkpoint_bytes, findings, pool_window_gib, start_findings, unlisted_bytes)
+    add_sample, checkpoint_bytes, findings, look_findings, pool_window_gib, start_findings, unlisted_bytes)
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
 
 LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "logs"
@@ -229,3 +229,20 @@ def test_memory_no_process_is_listed_for_that_appears_or_goes_away_makes_a_start
 def test_unlisted_memory_that_did_not_move_or_cannot_be_compared_is_no_finding(low, high, before):
     seen = [dict(watched(2, 0, 0), unlisted_min_bytes=low, unlisted_max_bytes=high)]
     assert start_findings(seen, {2: 0}, unlisted_before=before) == []
+
+
+def test_one_look_after_the_load_judges_the_watched_gpus_against_the_first_look():
+    # kv_fingerprint's gpu_memory after a trial's load: GPU 1 holds 2 GiB of another process and GPU 2 gave 3 GiB
+    # that no process was listed for back; GPU 5 (not the unit's) is not judged, nor is a GPU the first look missed.
+    look = [{"index": 1, "other_bytes": 2 * GIB, "unlisted_bytes": 0, "other_processes": [{"pid": 7, "name": "x"}]},
+            {"index": 2, "other_bytes": 0, "unlisted_bytes": 0, "other_processes": []},
+            {"index": 5, "other_bytes": 9 * GIB, "unlisted_bytes": 9 * GIB, "other_processes": []}]
+    before, unlisted = {1: 0, 2: 0, 5: 0}, {1: 0, 2: 3 * GIB, 5: 0}
+    assert look_findings(look, [1, 2], before, unlisted) == [
+        "another process held up to 2.00 GiB on GPU 1 between the load and the commit (pid 7 x), against 0.00 GiB at "
+        "the first look: P, A and the pool of this start are not what the next start will see",
+        "memory no process was listed for on GPU 2 at the first look (3.00 GiB) was given back between the load and "
+        "the commit (0.00 GiB at the least): this start had memory the next one may not have"]
+    assert len(look_findings(look, None, before, unlisted)) == 4   # GPUs unknown: every GPU is the unit's
+    assert look_findings(look, [1, 2], {1: 2 * GIB, 2: 0}, {1: 0, 2: 0}) == []   # nothing moved
+    assert look_findings(None, [1], before, unlisted) == []

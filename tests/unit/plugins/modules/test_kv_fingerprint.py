@@ -90,3 +90,16 @@ def test_kv_fingerprint(case, root_dir):
         assert "s3cret" not in json.dumps(result), result
     if "stale_contains" in case:
         assert case["stale_contains"] in result["stale"][0], result["stale"]
+
+
+def test_the_processes_of_also_units_are_neither_the_units_nor_others():
+    # Two servers share GPU 0: with also_units, the neighbour's process (pid 20) is in neither figure, so what stays
+    # in other_bytes is the memory of processes that no server of the host holds.
+    gpus = [{"index": 0, "memory_total_bytes": 100, "memory_used_bytes": 70,
+             "compute_processes": [{"pid": 10, "used_memory_bytes": 40, "name": "a"},
+                                   {"pid": 20, "used_memory_bytes": 20, "name": "b"},
+                                   {"pid": 30, "used_memory_bytes": 5, "name": "c"}]}]
+    plain, known = kv_fingerprint.gpu_memory(gpus, {10}), kv_fingerprint.gpu_memory(gpus, {10}, {20})
+    assert (plain[0]["server_bytes"], plain[0]["other_bytes"]) == (40, 25)
+    assert (known[0]["server_bytes"], known[0]["other_bytes"]) == (40, 5)
+    assert known[0]["other_processes"] == [{"pid": 30, "name": "c"}] and known[0]["unlisted_bytes"] == 5

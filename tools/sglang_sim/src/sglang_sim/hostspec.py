@@ -66,8 +66,12 @@ DEFAULT_FAULTS = {"hang_at_startup": False, "crash_at_startup": False, "crash_af
 # load_contention_unlisted: the GPUs on which nvidia-smi does not list that process (another container's): its memory
 # is in memory.used, under no compute process. load_contention_from: "load" (it takes its memory as the weights start
 # to load) or "pool" (once the weights are loaded and logged, before SGLang measures the free memory again to size
-# its pools: the log's weights and avail mem are clean, the pools smaller).
-CONTENTION_FROM = ("load", "pool")
+# its pools: the log's weights and avail mem are clean, the pools smaller), or "idle" (CONTENTION_AFTER_INFO_S after
+# the server is first asked for its info while idle after a load that reserved half the pool or more, as kv_stress
+# asks when its load ends; it keeps the memory until the server exits: the start and the load were clean, what comes
+# after them is not).
+CONTENTION_FROM = ("load", "pool", "idle")
+CONTENTION_AFTER_INFO_S = 0.1
 SERVER_FAULTS = ("hang_at_startup", "crash_at_startup", "crash_after_requests", "slow_start_s", "load_contention_mib")
 
 # PCI bus ids of a typical 8-GPU server (HGX board), in index order.

@@ -294,6 +294,7 @@ class Handler(_Methods):
                 self._send(200, api.model_info())
             elif method == "GET" and path in ("/server_info", "/get_server_info"):
                 self._send(200, api.server_info())
+                api.process.info_asked()
             elif method == "GET" and path == "/get_load":
                 self._send(200, [scheduler.load() for scheduler in api.process.schedulers])
             elif method == "GET" and path == "/v1/models":

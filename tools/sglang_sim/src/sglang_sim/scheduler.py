@@ -98,6 +98,7 @@ class Scheduler:
         self.running = []
         self.activations = 0             # bytes the caching allocator holds for activations (high-water mark)
         self.completed = 0
+        self.peak_reserved = 0           # the most tokens running requests reserved at once
         self.decode_steps = 0
         self.last_output = 0.0
         self.last_gen_throughput = 0.0
@@ -172,6 +173,7 @@ class Scheduler:
             take = min(request.input_len, budget) if (self.args.chunked_prefill_size or 0) > 0 else request.input_len
             batch.append((request, take))
             budget -= take
+        self.peak_reserved = max(self.peak_reserved, reserved)
         return batch
 
     def _check_memory(self, activations: int):

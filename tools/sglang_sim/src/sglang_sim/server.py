@@ -53,6 +53,7 @@ class Process:
                                 contention=True)
         self.status = "Starting"
         self.schedulers = []
+        self.contended_after_load = False   # faults.load_contention_from "idle" took its memory (info_asked)
         self.dying = threading.Lock()
         self.ending = threading.Lock()   # several nodes: one thread reports the end (a lost peer, an OOM)
         names = {rank.gpu: "sglang::scheduler" + (("_" + rank.tag.replace(" ", "_")) if rank.tag else "")
@@ -99,6 +100,29 @@ class Process:
                 if step is not None:
                     taken[rank.gpu] = step[0]
         self.state.set_neighbours(taken, self.host.contention_unlisted)
+
+    def info_asked(self):
+        """HTTP hook: /get_server_info was asked for. faults.load_contention_from "idle": the first time it is once a
+        load has reserved half the pool or more and every scheduler is idle (kv_stress asks it as its load ends), the
+        other process takes its memory on this node's GPUs hostspec.CONTENTION_AFTER_INFO_S later and keeps it until
+        the server exits: after what watched the load, before what looks at the GPUs next."""
+        if self.host.contention_from != "idle" or self.contended_after_load:
+            return
+        taken = {rank.gpu: self.host.load_contention(self.args.mem_fraction_static).get(rank.gpu, 0) * hostspec.MIB
+                 for rank in self.plan.local_ranks}
+        loads = [scheduler.load() for scheduler in self.schedulers]
+        if not any(taken.values()) or any(load["num_reqs"] or load["num_waiting_reqs"] for load in loads) \
+                or not any(scheduler.peak_reserved >= 0.5 * scheduler.pool for scheduler in self.schedulers):
+            return
+        self.contended_after_load = True
+
+        def take():
+            self.state.set_neighbours(taken, self.host.contention_unlisted)
+            self.state.flush()
+
+        timer = threading.Timer(hostspec.CONTENTION_AFTER_INFO_S, take)
+        timer.daemon = True
+        timer.start()
 
     @staticmethod
     def allocation():
