@@ -1,0 +1,91 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Every ansible-playbook command README.md shows, run as written from the checkout (the user's environment: no
+ANSIBLE_CONFIG, the checkout's ansible.cfg), and the capacity report from the collection installed from its built
+tarball, run from another directory without any ansible.cfg."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, REPO
+
+BIN = os.path.dirname(sys.executable)
+VAULT = "inventories/prod/vault-password.example.txt"
+FIELD_ROW = "| logged by SGLang | 0.88 | torch.bfloat16 | - | 10.42 | 159,277 |"
+
+
+def readme_commands():
+    """The ansible-playbook commands of README.md: lines of its code blocks (less a trailing comment) and inline
+    code spans."""
+    found, in_block = [], False
+    for line in (REPO / "README.md").read_text().splitlines():
+        if line.startswith("```"):
+            in_block = not in_block
+        elif in_block and line.startswith("ansible-playbook "):
+            found.append(line.split("   #")[0].split("  #")[0].strip())
+        elif not in_block:
+            found += re.findall(r"`(ansible-playbook [^`]+)`", line)
+    return found
+
+
+def user_environment(**extra):
+    """The environment of a user's shell with the venv on PATH: none of make's ANSIBLE_* settings."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    env.update(PATH=os.pathsep.join([BIN, env.get("PATH", "")]), ANSIBLE_NOCOLOR="1", **extra)
+    return env
+
+
+def run(argv, cwd, env, timeout=300):
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_the_readme_shows_the_commands_this_test_runs():
+    commands = readme_commands()
+    assert len(commands) >= 7, commands
+    assert sum("inventories/local" in command for command in commands) >= 2, commands
+
+
+@pytest.mark.parametrize("command", readme_commands())
+def test_a_readme_command_runs_as_written(command):
+    argv = shlex.split(command)
+    if "inventories/prod" in argv:
+        # The example fleet's hosts do not exist: its commands are checked up to the plays' hosts.
+        argv += ["--list-hosts"] + ([] if "--vault-password-file" in argv else ["--vault-password-file", VAULT])
+    done = run(argv, REPO, user_environment())
+    assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+    if "capacity_report" in command and "inventories/local" in argv:
+        assert FIELD_ROW in done.stdout, done.stdout[-3000:]
+
+
+def test_the_installed_collection_reports_from_paths_relative_to_where_it_runs(tmp_path):
+    built = run([os.path.join(BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(REPO)],
+                tmp_path, user_environment())
+    assert built.returncode == 0, built.stdout + built.stderr
+    tarball = next(tmp_path.glob("llmserve-sglang-*.tar.gz"))
+    installed = run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--force", "-p",
+                     str(tmp_path / "collections"), str(tarball)], tmp_path, user_environment())
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)
+    shutil.copy(FIXTURES / "logs" / "field_kimi_k25_rtx6000_tp8_eagle3.log", work / "logs" / "field.log")
+    shutil.copy(FIXTURES / "configs" / "kimi-k2.5-int4.json", work / "logs" / "config.json")
+    (work / "hosts.yml").write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                                    "      ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n")
+    done = run(["ansible-playbook", "llmserve.sglang.capacity_report", "-i", "hosts.yml",
+                "-e", "capacity_report_log_path=logs/field.log", "-e", "capacity_report_model_config=logs/config.json",
+                "-e", "capacity_report_sglang_version=0.5.9", "-e", "capacity_report_output_dir=reports"],
+               work, user_environment(ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections")))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # Ansible's own defaults (JSON results): the report's lines are lines, not one string of escaped newlines.
+    lines = [line.strip().rstrip(",") for line in done.stdout.splitlines()]
+    assert '"%s"' % FIELD_ROW in lines, done.stdout[-3000:]
+    assert "\\n|" not in done.stdout
+    assert FIELD_ROW in (work / "reports" / "localhost.md").read_text()
