@@ -142,13 +142,16 @@ def test_a_node_watches_what_other_processes_take_on_its_gpus_during_a_load(serv
     # What node 1 runs while node 0 drives a trial's load (gpu_info with watch_units, on a real systemd host): the
     # 4 GiB held on GPU 3 all along, and 2 GiB another process takes on GPU 5 meanwhile, outside sglang.service.
     def take():
+        # Once the module runs on node 1 (its pipelined shell is there), not a fixed time after ansible starts: on a
+        # busy controller the connection alone can outlast a fixed delay, and the first reading already sees 2 GiB.
+        wait_for(lambda: ssh(NODES[1], "pgrep -f '[p]ython3[^ ]* && sleep 0' || true").strip(), timeout=60, step=0.1)
         time.sleep(2)
         set_faults(NODES[1], gpu_occupied_mib={"3": 4096, "5": 2048})
 
     taker = threading.Thread(target=take)
     taker.start()
     try:
-        results = ansible(server, "llmserve.sglang.gpu_info", "watch=6 gpus=3,5 watch_units=sglang.service")
+        results = ansible(server, "llmserve.sglang.gpu_info", "watch=8 gpus=3,5 watch_units=sglang.service")
     finally:
         taker.join()
         set_faults(NODES[1], gpu_occupied_mib={"3": 4096})
