@@ -13,11 +13,18 @@ import os
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import restarts_line, summary_rows
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import (
+    failed_row,
+    restarts_line,
+    restarts_total,
+    summary_rows,
+)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import expand_units
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
+    host_vars_warning,
     pending_hosts,
     registered_outcomes,
+    workflow_stats,
     write_summary,
 )
 
@@ -28,7 +35,11 @@ ARGUMENT_SPEC = dict(
     report_dir=dict(type="path", required=True),
     result_var=dict(type="str", default="kv_tune_outcome"),
     pending=dict(type="list", elements="str", default=[]),
+    host_vars_dir=dict(type="path", default=""),
 )
+
+# Files that podman and docker put in their containers (an execution environment runs in one).
+CONTAINER_MARKERS = ("/run/.containerenv", "/.dockerenv")
 
 
 class ActionModule(ActionBase):
@@ -54,4 +65,12 @@ class ActionModule(ActionBase):
             display.display(row["line"])
         display.display(restarts_line(rows))
         display.display("reports: %s" % args["report_dir"])
-        return {"changed": changed, "rows": rows, "path": path if rows else None}
+        result = {"changed": changed, "rows": rows, "path": path if rows else None,
+                  "stats": workflow_stats(rows, args["report_dir"], failed_row, restarts=restarts_total(rows))}
+        # Once, after the last batch: pins written to the controller's host_vars that the job will not keep.
+        if not any(row["status"] == "not tuned: its batch has not run" for row in rows):
+            warning = host_vars_warning(args["host_vars_dir"], os.environ,
+                                        in_container=any(os.path.exists(marker) for marker in CONTAINER_MARKERS))
+            if warning:
+                result["warnings"] = [warning]
+        return result

@@ -13,10 +13,11 @@ import os
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.rollout import summary_rows
+from ansible_collections.llmserve.sglang.plugins.module_utils.rollout import failed_row, summary_rows
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
     pending_hosts,
     registered_outcomes,
+    workflow_stats,
     write_summary,
 )
 
@@ -44,4 +45,5 @@ class ActionModule(ActionBase):
         for row in rows:
             display.display(row["line"])
         display.display("rollout summary: %s" % path)
-        return {"changed": changed, "rows": rows, "path": path}
+        return {"changed": changed, "rows": rows, "path": path,
+                "stats": workflow_stats(rows, args["report_dir"], failed_row)}

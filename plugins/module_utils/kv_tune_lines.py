@@ -106,6 +106,17 @@ def restarts_line(rows):
     return "restarts: %d in all%s" % (total, " (%s)" % ", ".join(parts) if parts else "")
 
 
+def failed_row(row):
+    """Whether a summary row is a host the run failed, found no stable value for, or could not reach (each stays on
+    its last-known-good value)."""
+    return row["status"] in ("failed", "no_stable_value") or row["status"].startswith("not tuned: failed")
+
+
+def restarts_total(rows):
+    """The restarts a run cost (a host whose pin held cost none)."""
+    return sum(row.get("restarts") or 0 for row in rows if row["status"] != "unchanged")
+
+
 def report_markdown(result):
     """<host>.md: what was decided, the trials, the fingerprint."""
     res = result["settings"]["resolution"]

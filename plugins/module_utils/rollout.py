@@ -277,3 +277,9 @@ def summary_rows(outcomes, pending=()):
             rows.append({"host": host, "status": "unknown",
                          "line": "%s: NO OUTCOME (unreachable, or failed before the rollout began on it)" % host})
     return rows
+
+
+def failed_row(row):
+    """Whether a summary row is a host the rollout did not leave upgraded or as it was (rolled back, not upgraded, a
+    rollback or undrain that failed, no outcome)."""
+    return row["status"] not in ("upgraded", "unchanged", "not_started")

@@ -41,6 +41,13 @@ options:
     type: list
     elements: str
     default: []
+  host_vars_dir:
+    description:
+      - The directory the pins are also written to (the role's C(kv_tune_host_vars_dir)); empty for none.
+      - Under ansible-runner (AWX, Automation Platform) the summary warns, once no batch is left, when files written
+        there cannot persist (inside the job's private data directory, or in an execution environment's container).
+    type: path
+    default: ""
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -82,6 +89,15 @@ rows:
   returned: always
   type: list
   elements: dict
+stats:
+  description:
+    - What the run hands on to the next (give it to M(ansible.builtin.set_stats); ansible-runner returns it as
+      C(artifact_data), an AWX workflow passes it to its next job), with C(hosts) (the rows), C(counts) (rows per
+      status), C(failed) (the hosts that failed, found no stable value, or could not be reached; each stays on its
+      last-known-good value), C(restarts) (the restarts the run cost) and C(report_dir).
+  returned: always
+  type: dict
+  sample: {"hosts": [], "counts": {"tuned": 3}, "failed": [], "restarts": 5, "report_dir": "/runner/artifacts/1/kv_tune_reports"}
 path:
   description: The summary file written; V(null) when there was no host.
   returned: always

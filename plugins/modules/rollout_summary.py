@@ -75,6 +75,14 @@ rows:
   returned: always
   type: list
   elements: dict
+stats:
+  description:
+    - What the rollout hands on to the next job (give it to M(ansible.builtin.set_stats); ansible-runner returns it
+      as C(artifact_data), an AWX workflow passes it to its next job), with C(hosts) (the rows), C(counts) (rows per
+      status), C(failed) (the hosts not left upgraded or unchanged) and C(report_dir).
+  returned: always
+  type: dict
+  sample: {"hosts": [], "counts": {"upgraded": 4}, "failed": [], "report_dir": "/runner/artifacts/1/rollout_reports"}
 path:
   description: The summary file.
   returned: always

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Controller-side: what the fleet summaries (kv_tune_summary, rollout_summary) share - the hosts' registered
-results, which hosts have not had their turn yet, and the summary file."""
+results, which hosts have not had their turn yet, the summary file, and where reports go by default."""
 from __future__ import annotations
 
 import json
@@ -64,3 +64,57 @@ def write_if_changed(path, text, check_mode=False):
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return True
+
+
+def workflow_stats(rows, report_dir, failed, **more):
+    """What a run hands on to what runs next (set_stats: ansible-runner's artifact_data, the variables of an AWX
+    workflow's next job): each host's row as in the summary file, the number of rows of each status, the hosts
+    ``failed`` says failed, where the reports are, and ``more``."""
+    counts = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    return dict(more, hosts=rows, counts=counts, failed=[row["host"] for row in rows if failed(row)],
+                report_dir=report_dir)
+
+
+# ansible-runner (and so AWX and Automation Platform, whose jobs it runs) exports the job's artifacts directory.
+RUNNER_ARTIFACTS_ENV = "AWX_ISOLATED_DATA_DIR"
+
+
+def _in_installed_collection(path):
+    return "ansible_collections" in os.path.normpath(path).split(os.sep)
+
+
+def default_report_dir(name, environ, cwd, playbook_dir, home):
+    """Where a run's reports go when the user names no directory: under ansible-runner, its artifacts directory
+    (kept with the job's other artifacts); else the directory ansible-playbook runs in; else, where that is "/" (cron,
+    systemd) or inside an installed collection, beside the playbook; never inside an installed collection: there,
+    the controller user's home."""
+    artifacts = environ.get(RUNNER_ARTIFACTS_ENV)
+    if artifacts:
+        return os.path.join(artifacts, name)
+    for base in (cwd, playbook_dir):
+        if base and os.path.isabs(base) and base != os.sep and not _in_installed_collection(base):
+            return os.path.join(base, name)
+    return os.path.join(home, name)
+
+
+def host_vars_warning(host_vars_dir, environ, in_container=False):
+    """Why pins written to ``host_vars_dir`` on the controller will not last, or None. Under ansible-runner (which
+    runs AWX's and Automation Platform's jobs) the job's private data directory, with the project checkout and the
+    inventory, is removed when the job ends, and a job in an execution environment loses every file of its container;
+    an AWX project is a checkout updated from source control, never pushed back."""
+    artifacts = environ.get(RUNNER_ARTIFACTS_ENV)
+    if not host_vars_dir or not artifacts:
+        return None
+    private = os.path.dirname(os.path.dirname(os.path.normpath(artifacts)))  # <private data dir>/artifacts/<ident>
+    target = os.path.normpath(host_vars_dir)
+    if target == private or target.startswith(private.rstrip(os.sep) + os.sep):
+        where = "it is inside the job's private data directory %s, which is removed when the job ends" % private
+    elif in_container:
+        where = "the job runs in a container (an execution environment), whose files go with it"
+    else:
+        return None
+    return ("kv_tune_host_vars_dir=%s: the pins written there will not persist (%s), and nothing is committed to the "
+            "inventory's source control. The pins are safe on the hosts (the fact file and the drop-in); this job's "
+            "results are in its artifacts (set_stats: llmserve_kv_tune)." % (host_vars_dir, where))

@@ -42,10 +42,11 @@ class Ansible:
         env.update(envvars or {})
         return ansible_runner.run(
             private_data_dir=str(private),
-            inventory={"all": {"hosts": {"localhost": {
+            # In sglang_servers, the group the collection's playbooks run on by default.
+            inventory={"all": {"children": {"sglang_servers": {"hosts": {"localhost": {
                 "ansible_connection": "local",
                 "ansible_python_interpreter": sys.executable,
-            }}}},
+            }}}}}},
             envvars=env,
             quiet=True,
             **kwargs,

@@ -156,8 +156,8 @@ def test_list_hosts_has_every_example_host(playbook):
 
 
 @pytest.mark.parametrize("playbook, args, pattern", [
-    ("site.yml", ["-i", str(REPO / "inventories" / "does-not-exist")], "all"),
-    ("tune_kv.yml", ["-i", str(REPO / "inventories" / "does-not-exist")], "all"),
+    ("site.yml", ["-i", str(REPO / "inventories" / "does-not-exist")], "sglang_servers"),
+    ("tune_kv.yml", ["-i", str(REPO / "inventories" / "does-not-exist")], "sglang_servers"),
     ("tune_kv.yml", ["-i", str(PROD), "--vault-password-file", str(PASSWORD_FILE), "-e", "kv_tune_hosts=nosuchgroup"],
      "nosuchgroup"),
 ], ids=["site-no-inventory", "tune_kv-no-inventory", "tune_kv-no-such-group"])

@@ -89,3 +89,27 @@ def test_the_installed_collection_reports_from_paths_relative_to_where_it_runs(t
     assert '"%s"' % FIELD_ROW in lines, done.stdout[-3000:]
     assert "\\n|" not in done.stdout
     assert FIELD_ROW in (work / "reports" / "localhost.md").read_text()
+
+
+def test_the_installed_collection_keeps_reports_out_of_itself(tmp_path):
+    """Where reports go when no directory is named (lookup llmserve.sglang.report_dir): the job's artifacts under
+    ansible-runner, the working directory, and never the installed collection."""
+    built = run([os.path.join(BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(REPO)],
+                tmp_path, user_environment())
+    assert built.returncode == 0, built.stdout + built.stderr
+    collections = tmp_path / "collections"
+    installed = run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--force", "-p", str(collections),
+                     str(next(tmp_path.glob("llmserve-sglang-*.tar.gz")))], tmp_path, user_environment())
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    inside = collections / "ansible_collections" / "llmserve" / "sglang"
+
+    def default_dir(cwd, **env):
+        done = run(["ansible", "localhost", "-c", "local", "-m", "ansible.builtin.debug", "-a",
+                    "msg={{ lookup('llmserve.sglang.report_dir', 'kv_tune_reports') }}"], cwd,
+                   user_environment(ANSIBLE_COLLECTIONS_PATH=str(collections), HOME=str(tmp_path / "home"), **env))
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return re.search(r'"msg": "([^"]+)"', done.stdout).group(1)
+
+    assert default_dir(tmp_path) == str(tmp_path / "kv_tune_reports")
+    assert default_dir(tmp_path, AWX_ISOLATED_DATA_DIR="/runner/artifacts/7") == "/runner/artifacts/7/kv_tune_reports"
+    assert default_dir(inside) == str(tmp_path / "home" / "kv_tune_reports")

@@ -137,14 +137,22 @@ class Played:
     """What one ansible-runner run reported, read before its private data directory is removed."""
 
     def __init__(self, runner: ansible_runner.Runner):
-        self.status = runner.status
+        self.status, self.ident = runner.status, runner.config.ident
         self.stats = runner.stats or {}
         self.stdout = runner.stdout.read()
-        self.results = {}
+        self.results, self.artifact_data = {}, {}
         for event in runner.events:
             if event.get("event") in ("runner_on_ok", "runner_on_failed"):
                 data = event["event_data"]
                 self.results[data["task"]] = dict(data["res"], failed=event["event"] == "runner_on_failed")
+            elif event.get("event") == "playbook_on_stats":
+                # What the run's set_stats handed on (ansible-runner's artifact_data).
+                self.artifact_data = event["event_data"].get("artifact_data") or {}
+        # The files the playbook wrote into the job's artifacts directory (not ansible-runner's own).
+        artifacts = Path(runner.config.artifact_dir)
+        own = {"job_events", "fact_cache", "command", "status", "rc", "stdout", "stderr", "env.list", "callback"}
+        self.artifact_files = {str(path.relative_to(artifacts)): path.read_bytes() for path in artifacts.rglob("*")
+                               if path.is_file() and path.relative_to(artifacts).parts[0] not in own}
 
 
 def play(inventory: Path, tasks: list | None = None, playbook: Path | None = None,

@@ -178,13 +178,18 @@ def test_an_unreachable_host_is_reported_and_the_others_proceed(fleet, tmp_path)
     hosts = yaml.safe_load((fleet / "hosts.yml").read_text())
     hosts["sim"]["hosts"]["gone1"] = {"ansible_host": "198.18.250.2", "sim_profile": "field"}
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    # No report directory named: under ansible-runner the reports are the job's artifacts, and the summary is
+    # handed on with set_stats (artifact_data), naming the host that was not tuned.
     run = play(inventory, playbook=REPO / "playbooks" / "tune_kv.yml",
-               extravars={"kv_tune_report_dir": str(tmp_path / "reports"), "ansible_ssh_timeout": 5,
-                          "kv_tune_serial": "100%"})
+               extravars={"ansible_ssh_timeout": 5, "kv_tune_serial": "100%"})
     assert run.stats.get("dark", {}).get("gone1"), run.stats
-    summary = {row["host"]: row for row in json.loads((tmp_path / "reports" / "summary.json").read_text())}
+    rows = json.loads(run.artifact_files["kv_tune_reports/summary.json"])
+    summary = {row["host"]: row for row in rows}
     assert summary["gone1"]["status"].startswith("not tuned")
     assert summary[FIELD]["status"] == "unchanged"
+    handed_on = run.artifact_data["llmserve_kv_tune"]
+    assert handed_on["hosts"] == rows and handed_on["failed"] == ["gone1"] and handed_on["restarts"] == 0
+    assert handed_on["report_dir"].endswith("/artifacts/%s/kv_tune_reports" % run.ident), handed_on
 
 
 def test_a_failed_canary_stops_the_run_before_any_other_host(fleet, tmp_path):

@@ -669,7 +669,9 @@ def write_inventory(path: Path, hosts: list[dict], key: Path) -> None:
               f"    ansible_ssh_common_args: {yaml_str(INVENTORY_SSH_ARGS)}",
               "    ansible_python_interpreter: /usr/bin/python3",
               f"    sim_simulator_installed: {'true' if any(e.get('sim_layer') for e in hosts) else 'false'}",
-              f"    sim_wheelhouse: {yaml_str(SIM_WHEELHOUSE_IN_HOST)}"]
+              f"    sim_wheelhouse: {yaml_str(SIM_WHEELHOUSE_IN_HOST)}",
+              # The group the collection's playbooks run on by default.
+              "sglang_servers:", "  children:", "    sim:"]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")

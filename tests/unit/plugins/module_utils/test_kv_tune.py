@@ -278,6 +278,15 @@ def test_summary_rows():
     assert rows[1]["after"] == 0.91 and rows[1]["tuned_at"] == PIN["time"]
 
 
+def test_the_failed_rows_and_the_restarts_a_run_cost():
+    result = tuned().result("tuned", "t0", "t1", FP["versions"])
+    rows = kv_tune_lines.summary_rows({"a": {"status": "tuned", "result": result}, "b": {"status": "unchanged", "pin": PIN},
+                                       "c": None, "d": None, "e": {"status": "no_stable_value", "result": result}},
+                                      pending={"d"})
+    assert [row["host"] for row in rows if kv_tune_lines.failed_row(row)] == ["c", "e"]
+    assert kv_tune_lines.restarts_total(rows) == 2 * result["restarts"] > 0
+
+
 def test_summary_rows_tell_a_later_batch_from_a_failed_host():
     rows = kv_tune_lines.summary_rows({"a": {"status": "unchanged", "pin": PIN}, "b": None, "c": None}, pending={"a", "c"})
     assert [row["status"] for row in rows] == ["unchanged",

@@ -127,6 +127,7 @@ def test_summary_rows():
     assert rows[0]["status"] == "upgraded" and rows[0]["after"]["sglang"] == "0.5.10" and "msg" not in rows[0]
     assert rows[1]["status"] == "unknown" and "NO OUTCOME" in rows[1]["line"]
     assert rows[2]["status"] == "not_started" and "NOT STARTED" in rows[2]["line"]
+    assert [row["host"] for row in rows if rollout.failed_row(row)] == ["gpu2"]
 
 
 # --- the inputs, before any host is touched -------------------------------------------------------------------------

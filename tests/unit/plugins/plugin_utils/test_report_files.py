@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ansible_collections.llmserve.sglang.plugins.plugin_utils import report_files
 
 # A play of four hosts in serial batches: a done in an earlier batch, b in this batch, c dropped (unreachable), d
@@ -33,3 +35,46 @@ def test_write_summary_only_when_the_rows_change(tmp_path):
     assert report_files.write_summary(str(path), rows) and json.loads(path.read_text()) == rows
     assert not report_files.write_summary(str(path), rows)
     assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_workflow_stats_count_the_statuses_and_name_the_failed_hosts():
+    rows = [{"host": "a", "status": "tuned"}, {"host": "b", "status": "failed"}, {"host": "c", "status": "tuned"}]
+    stats = report_files.workflow_stats(rows, "/r", lambda row: row["status"] == "failed", restarts=3)
+    assert stats == {"hosts": rows, "counts": {"tuned": 2, "failed": 1}, "failed": ["b"], "report_dir": "/r",
+                     "restarts": 3}
+
+
+@pytest.mark.parametrize("environ, cwd, playbook_dir, expected", [
+    # ansible-runner (AWX, Automation Platform): the job's artifacts, wherever it was started
+    ({"AWX_ISOLATED_DATA_DIR": "/runner/artifacts/42"}, "/srv/ops", "/srv/ops/playbooks", "/runner/artifacts/42/r"),
+    ({}, "/srv/ops", "/srv/ops/playbooks", "/srv/ops/r"),
+    # cron or a systemd unit (cwd /): beside the playbook of a checkout
+    ({}, "/", "/srv/ops/playbooks", "/srv/ops/playbooks/r"),
+    # started inside an installed collection: beside the playbook when that is not in one too
+    ({}, "/usr/share/ansible/collections/ansible_collections/llmserve/sglang", "/srv/ops", "/srv/ops/r"),
+    # ansible-playbook llmserve.sglang.tune_kv from /: never inside the installed collection
+    ({}, "/", "/home/ops/.ansible/collections/ansible_collections/llmserve/sglang/playbooks", "/home/ops/r"),
+    ({}, "", "", "/home/ops/r"),
+])
+def test_default_report_dir(environ, cwd, playbook_dir, expected):
+    assert report_files.default_report_dir("r", environ, cwd, playbook_dir, "/home/ops") == expected
+
+
+RUNNER = {"AWX_ISOLATED_DATA_DIR": "/runner/artifacts/42"}
+
+
+@pytest.mark.parametrize("host_vars_dir, environ, in_container, says", [
+    ("/runner/project/inventories/prod/host_vars", RUNNER, False, "inside the job's private data directory /runner"),
+    ("/runner", RUNNER, True, "inside the job's private data directory /runner"),
+    ("/srv/inventory/host_vars", RUNNER, True, "runs in a container"),
+    ("/srv/inventory/host_vars", RUNNER, False, None),      # ansible-runner on a machine: the files stay
+    ("/runner-other/host_vars", RUNNER, False, None),       # a sibling of the private data directory is outside it
+    ("/srv/inventory/host_vars", {}, True, None),           # not under ansible-runner
+    ("", RUNNER, True, None),                               # no write-back asked for
+])
+def test_host_vars_warning(host_vars_dir, environ, in_container, says):
+    warning = report_files.host_vars_warning(host_vars_dir, environ, in_container)
+    if says is None:
+        assert warning is None
+    else:
+        assert says in warning and "will not persist" in warning and host_vars_dir in warning
