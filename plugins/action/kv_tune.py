@@ -9,15 +9,18 @@ back what it saw. It keeps only what it must clean up whatever happens: the unit
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
+import threading
+import time
 import uuid
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_tune_run
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_progress, kv_tune_run
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import InvalidInput
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import STRATEGIES
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout, NodeChannel, NodeLink
@@ -81,6 +84,7 @@ class ActionModule(ActionBase):
         # Ansible's workers run in their own session: one whose ansible-playbook was killed lives on, and a search
         # that outlived its controller would go on restarting servers that nobody watches.
         self._controller = os.getppid()
+        self._progress = None
         try:
             host = self._vars.get("inventory_hostname", "?")
             return self._drive(kv_tune_run.host_steps(host, args, self._task.check_mode))
@@ -119,6 +123,7 @@ class ActionModule(ActionBase):
             "%s pid %d" % (socket.gethostname(), self._controller), _now, info=step["info"],
             neighbours=step["neighbours"], tuned=step["tuned"], outcome_of=self._outcome_of, lock_held=bool(held))
         self._armed, self._node_link = False, None
+        self._progress = kv_progress.Progress(run.label, time.monotonic)
         try:
             result = self._drive(run.steps(), run)
         except Exception as exc:
@@ -140,13 +145,41 @@ class ActionModule(ActionBase):
         own = name == "kv_trial" and module_args.get("run_id") is not None   # this run's trial of its own unit
         if own and module_args["state"] == "started":
             self._armed = True
-        result = self._execute_module(module_name=_COLLECTION + name, module_args=module_args, task_vars=self._vars)
+        self._say(self._progress and self._progress.on_call(name, module_args))
+        with self._heartbeat():
+            result = self._execute_module(module_name=_COLLECTION + name, module_args=module_args,
+                                          task_vars=self._vars)
+        self._say(self._progress and self._progress.on_end(name, result))
         if result.get("failed"):
             if not may_fail:
                 raise ModuleFailed(result.get("msg") or "%s failed: %s" % (name, result))
         elif own and module_args["state"] not in ("started", "prepared", "locked", "unlocked"):
             self._armed = False
         return result
+
+    @staticmethod
+    def _say(line):
+        if line:
+            display.display(line)
+
+    @contextlib.contextmanager
+    def _heartbeat(self):
+        """While a module call lasts: the progress line again whenever it is due (a server loading for minutes)."""
+        progress, done = self._progress, threading.Event()
+
+        def beat():
+            while not done.wait(1.0):
+                self._say(progress.heartbeat())
+
+        beater = threading.Thread(target=beat, name="kv-tune-progress", daemon=True) if progress else None
+        if beater:
+            beater.start()
+        try:
+            yield
+        finally:
+            done.set()
+            if beater:
+                beater.join()
 
     def _outcome_of(self, host):
         """What another host's kv_tune registered (a class's canary), as plain data; None when it has nothing."""

@@ -22,6 +22,11 @@ description:
     one restart (M(llmserve.sglang.kv_trial) - a runtime drop-in guarded by a revert timer on the host, then
     M(llmserve.sglang.sglang_ready) and the load), commits each new best as the host's last-known-good value, and
     ends on the best (the pinned drop-in and the unit's entry in C(/etc/ansible/facts.d/sglang_kv.fact)).
+  - >-
+    While a unit's run lasts it prints where it is, a line per phase such as C([kv_tune] gpu3: restarting 0.910)
+    (phases probe, restarting, loading, ready, under load, verified, pinned, failed and reverted), and the line
+    again with the seconds spent every 20 seconds while a server loads or is under load. They are plain output lines, so a terminal,
+    ansible-runner's events and AWX's job output all show them.
   - After every restart the value is read back from the server's command line and its startup log, and the server
     that answered and held the load must be the very start the trial made (its C(InvocationID)); otherwise the
     search ends with RV(status=failed) and the host on its last-known-good value.

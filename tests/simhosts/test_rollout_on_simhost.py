@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -189,6 +190,10 @@ def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb
         if tuning.poll() is None:
             os.killpg(tuning.pid, signal.SIGTERM)
     assert not locked(CANARY)
+    # While each 40 s load ran, the tuner said where it was, and again 20 s into it (kv_progress, from the action's
+    # worker while kv_stress ran on the host).
+    log = (tmp_path / "tune" / "controller.log").read_text()
+    assert re.search(r"\[kv_tune\] %s: under load [0-9.]+ \(2[0-9]/40 s\)" % re.escape(CANARY), log), log[-5000:]
 
     # A rollout in the canary's drain hook (it waits 30 s there): a tune of the unit refuses, naming the rollout,
     # and restarts nothing; the rollout then goes on.

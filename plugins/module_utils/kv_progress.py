@@ -1,0 +1,104 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Where a unit's tuning run is, for the people and tools that watch it: one line when the phase changes, and again
+at least every HEARTBEAT_S while a server loads or is under load (a 500 GB model loads for minutes).
+
+The lines are plain text with a fixed shape, ``[kv_tune] <label>: <phase> <value> (<detail>)``, so that a terminal,
+AWX's job output and a program reading ansible-runner's events (PROGRESS_LINE) all read the same thing.
+"""
+from __future__ import annotations
+
+import re
+
+HEARTBEAT_S = 20.0
+PREFIX = "[kv_tune] "
+# label, phase, value (may be absent), detail (may be absent)
+PROGRESS_LINE = re.compile(r"^\[kv_tune\] (?P<label>.+?): (?P<phase>[a-z][a-z ]*?)(?: (?P<value>[0-9][0-9.]*))?"
+                           r"(?: \((?P<detail>[^()]*)\))?$")
+# Phases with a wait long enough to need a heartbeat.
+_WAITS = ("loading", "under load")
+
+
+def call_phase(name, args):
+    """The phase that a module call of the tuner starts for its unit, or None when the call does not move it:
+    (phase, value text or None, seconds the phase is planned to last or None). A fingerprint is the probe only as
+    the run's first call (Progress keeps that)."""
+    if name == "kv_trial":
+        phase = {"started": "restarting", "committed": "pinned", "reverted": "reverted"}.get(args.get("state"))
+        return (phase, args.get("value"), None) if phase else None
+    if name == "kv_fingerprint":
+        return ("probe", None, None)
+    if name == "sglang_ready":
+        return ("loading", None, None)
+    if name == "kv_stress":
+        return ("under load", None, args.get("duration"))
+    return None
+
+
+def value_text(value):
+    """0.91 -> "0.910", 0.8855 -> "0.8855": three decimals at least, as the tuner writes values."""
+    text = "%.4f" % value
+    return text[:-1] if text.endswith("0") else text
+
+
+class Progress(object):
+    """The progress of one unit's run. ``clock`` gives seconds (monotonic); each method returns the line to show
+    now, or None."""
+
+    def __init__(self, label, clock):
+        self.label, self.clock = label, clock
+        self.phase = self.value = self.planned = None
+        self.since = self.said = None
+
+    def on_call(self, name, args):
+        found = call_phase(name, args)
+        if found is None or (found[0] == "probe" and self.phase is not None):
+            return None
+        phase, value, planned = found
+        now = self.clock()
+        # The value of a start stays the value of the load and of what follows, until the next start.
+        self.value = value if value is not None else self.value
+        self.phase, self.planned, self.since, self.said = phase, planned, now, now
+        return self.line(now)
+
+    def on_end(self, name, result):
+        """After a call that can end a phase: a start, a wait for the server or a load that failed; a server that
+        answered (ready); a load that held (verified: the run judges its headroom next)."""
+        if name == "kv_fingerprint" and self.value is None and result.get("mem_fraction_static"):
+            # The value the server runs: what a load measured in place, without a start, is a load of.
+            self.value = value_text(result["mem_fraction_static"])
+        if self.phase is None or name not in ("kv_trial", "sglang_ready", "kv_stress"):
+            return None
+        if result.get("failed") or result.get("held") is False or result.get("ready") is False:
+            phase = "failed"
+        elif name == "kv_trial":
+            return None
+        else:
+            phase = "ready" if name == "sglang_ready" else "verified"
+        self.phase, self.since, self.said = phase, None, None
+        return self.line(self.clock())
+
+    def heartbeat(self):
+        """While a server loads or is under load: the line again, with the time spent, every HEARTBEAT_S."""
+        if self.phase not in _WAITS or self.said is None:
+            return None
+        now = self.clock()
+        if now - self.said < HEARTBEAT_S:
+            return None
+        self.said = now
+        return self.line(now)
+
+    def line(self, now):
+        detail = None
+        if self.since is not None and self.phase in _WAITS and now > self.since:
+            spent = int(now - self.since)
+            detail = "%d/%d s" % (spent, int(self.planned)) if self.planned else "%d s" % spent
+        return "%s%s: %s%s%s" % (PREFIX, self.label, self.phase, " %s" % self.value if self.value else "",
+                                 " (%s)" % detail if detail else "")
+
+
+def parse_line(text):
+    """A progress line as {label, phase, value, detail}, or None for any other line."""
+    found = PROGRESS_LINE.match(text.strip())
+    return found.groupdict() if found else None
