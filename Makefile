@@ -45,10 +45,11 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip git shellcheck pciutils >/dev/null; \
 	fi
 
-$(VENV)/.installed: requirements.txt constraints.txt | system-deps
+# requirements-dev.txt: the tools, and the collection's runtime requirements.txt (-r); constraints.txt pins all.
+$(VENV)/.installed: requirements-dev.txt requirements.txt constraints.txt | system-deps
 	@echo "creating $(VENV) and installing pinned requirements"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt 2>&1 | $(PIP_NOISE)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt -c constraints.txt 2>&1 | $(PIP_NOISE)
 	mkdir -p $(COLLECTIONS)/ansible_collections/llmserve
 	ln -sfn $(CURDIR) $(COLLECTIONS)/ansible_collections/llmserve/sglang
 	mkdir -p $(HOME)/.ansible/test/cache
