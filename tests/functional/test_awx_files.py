@@ -160,9 +160,10 @@ def test_the_survey_is_one_the_controller_accepts():
         seen.add(question["variable"])
         assert question["type"] in SURVEY_TYPES, where
         if question.get("default", "") != "":
-            assert type(question["default"]) is SURVEY_TYPES[question["type"]], (where, question["default"])
+            assert isinstance(question["default"], SURVEY_TYPES[question["type"]]), (where, question["default"])
+            assert not isinstance(question["default"], bool), where
         for key in ("min", "max"):
-            assert question.get(key) is None or type(question[key]) is int, (where, key)
+            assert question.get(key) is None or isinstance(question[key], int) and not isinstance(question[key], bool), (where, key)
         if question["type"] in ("multiplechoice", "multiselect"):
             assert question.get("choices") and all(isinstance(choice, str) for choice in question["choices"]), where
             assert question.get("default") in [None, ""] + question["choices"], where
