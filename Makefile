@@ -27,12 +27,12 @@ export SIM_WHEELHOUSE := $(WHEELHOUSE)
 
 MOLECULE_SCENARIOS ?= nvidia_driver sglang
 
-.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units functional sim simhosts molecule wheelhouse build bench bench-tune clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units functional sim simhosts molecule wheelhouse build ee bench bench-tune clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
 	@echo "make test        lint + sanity + units + functional + sim + simhosts + molecule + build (what CI runs)"
-	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | bench | bench-tune | clean"
+	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | ee | bench | bench-tune | clean"
 	@echo "make sim-up [N=4] [PROFILE=field] | sim-down | sim-status   simulated GPU hosts"
 
 # --- setup -------------------------------------------------------------------------------------------
@@ -45,10 +45,11 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip git shellcheck pciutils >/dev/null; \
 	fi
 
-$(VENV)/.installed: requirements.txt constraints.txt | system-deps
+# requirements-dev.txt: the tools, and the collection's runtime requirements.txt (-r); constraints.txt pins all.
+$(VENV)/.installed: requirements-dev.txt requirements.txt constraints.txt | system-deps
 	@echo "creating $(VENV) and installing pinned requirements"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt 2>&1 | $(PIP_NOISE)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt -c constraints.txt 2>&1 | $(PIP_NOISE)
 	mkdir -p $(COLLECTIONS)/ansible_collections/llmserve
 	ln -sfn $(CURDIR) $(COLLECTIONS)/ansible_collections/llmserve/sglang
 	mkdir -p $(HOME)/.ansible/test/cache
@@ -98,6 +99,7 @@ test-lane-ansible-test:
 	$(MAKE) --no-print-directory -O functional
 test-lane-others:
 	$(MAKE) --no-print-directory -O lint
+	$(MAKE) --no-print-directory -O ee
 	$(MAKE) --no-print-directory -O sim
 	$(MAKE) --no-print-directory -O molecule
 
@@ -143,6 +145,31 @@ build: venv
 	rm -rf .tmp/build && mkdir -p .tmp/build
 	$(BIN)/ansible-galaxy collection build --output-path .tmp/build . 2>&1 | tee .tmp/build/log
 	@! grep -qi warning .tmp/build/log || { echo "collection build printed warnings"; exit 1; }
+	@! grep -qi "no matches\|does not exist" $(EE_DIR)/create.log || { echo "ansible-builder create misses a file"; exit 1; }
+
+# The example execution environment (docs/awx/execution-environment.yml, docs/awx.md) beside the collection's tarball:
+# its build context (ansible-builder create; no image is built: no podman or docker here), the tarball installed
+# from that context as the image's galaxy stage installs it (requirements.yml, run in _build), and ansible-builder
+# introspect on that install, which must list what the image gets from meta/execution-environment.yml.
+EE_DIR := $(CURDIR)/.tmp/ee
+ee: venv
+	rm -rf $(EE_DIR) && mkdir -p $(EE_DIR)/dist
+	$(BIN)/ansible-galaxy collection build --output-path $(EE_DIR)/dist . >/dev/null
+	@! tar -tzf $(EE_DIR)/dist/llmserve-sglang-*.tar.gz | grep -E '(requirements-dev|constraints)\.txt|^\.ansible/' \
+	  || { echo "the tarball ships development files"; exit 1; }
+	cp docs/awx/execution-environment.yml $(EE_DIR)/
+	cp $(EE_DIR)/dist/llmserve-sglang-*.tar.gz $(EE_DIR)/llmserve-sglang.tar.gz
+	cd $(EE_DIR) && $(BIN)/ansible-builder create -f execution-environment.yml -c context \
+	  --output-filename Containerfile 2>&1 | tee create.log
+	@! grep -qi 'warning\|no matches\|does not exist' $(EE_DIR)/create.log || { echo "ansible-builder create warned"; exit 1; }
+	grep -q 'ansible-galaxy collection install .*-r requirements.yml' $(EE_DIR)/context/Containerfile
+	cd $(EE_DIR)/context/_build && ANSIBLE_COLLECTIONS_PATH=$(EE_DIR)/collections ANSIBLE_GALAXY_DISABLE_GPG_VERIFY=1 \
+	  $(BIN)/ansible-galaxy collection install -r requirements.yml --collections-path $(EE_DIR)/collections
+	$(BIN)/ansible-builder introspect --write-pip $(EE_DIR)/requirements.txt --write-bindep $(EE_DIR)/bindep.txt \
+	  $(EE_DIR)/collections
+	@for need in requirements.txt:matplotlib bindep.txt:openssh-clients bindep.txt:hostname; do \
+	  grep -q "^$${need#*:}[ >=<]" $(EE_DIR)/$${need%%:*} || { echo "introspect does not list $${need#*:}"; exit 1; }; \
+	done; echo "make ee: the execution environment's context is built and its requirements include matplotlib"
 
 # Measurements quoted in README.md (never asserted in tests).
 bench: venv

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_classes import class_plan_units
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import flag
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import registered_outcomes
 
 
@@ -17,7 +18,7 @@ def kv_tune_class_plan(hostvars, hosts, probe_var="kv_tune_probe", force=False):
         raise AnsibleFilterError("kv_tune_class_plan expects a list of hosts, got %s" % type(hosts).__name__)
     hosts = [str(host) for host in hosts]
     probes = registered_outcomes(hostvars, hosts, probe_var)
-    return class_plan_units(probes, hosts, force=bool(force))
+    return class_plan_units(probes, hosts, force=flag("force", force))
 
 
 class FilterModule:

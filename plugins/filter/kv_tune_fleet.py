@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_fleet_plan import fleet_plan
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import flag
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import registered_outcomes
 
 
@@ -17,7 +18,7 @@ def kv_tune_fleet_plan(hostvars, hosts, strategy="per_host", force=False, probe_
         raise AnsibleFilterError("kv_tune_fleet_plan expects a list of hosts, got %s" % type(hosts).__name__)
     hosts = [str(host) for host in hosts]
     probes = registered_outcomes(hostvars, hosts, probe_var)
-    return fleet_plan(probes, hosts, strategy=str(strategy), force=bool(force))
+    return fleet_plan(probes, hosts, strategy=str(strategy), force=flag("force", force))
 
 
 class FilterModule:

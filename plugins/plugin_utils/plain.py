@@ -4,6 +4,9 @@
 """Controller-side helper for the filters."""
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
+
 
 def plain(value):
     """A deep copy in plain Python types. Jinja hands filters its own int/float/str subclasses (AnsibleUnsafe text,
@@ -21,3 +24,12 @@ def plain(value):
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
     return value
+
+
+def flag(name, value):
+    """A filter's boolean argument as Ansible reads one: `-e kv_tune_force=false` and an AWX survey's answer give the
+    string "false", which bool() would read as true."""
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        raise AnsibleFilterError("%s must be a boolean, got %r" % (name, plain(value))) from None

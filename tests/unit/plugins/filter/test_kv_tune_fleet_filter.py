@@ -10,7 +10,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.filter import kv_tune_fleet
+from ansible_collections.llmserve.sglang.plugins.filter import kv_tune_classes, kv_tune_fleet
 
 REPO = Path(__file__).resolve().parents[4]
 KEY = "A" * 64
@@ -49,3 +49,20 @@ def test_sidecar_docs():
     assert doc["DOCUMENTATION"]["name"] == "kv_tune_fleet_plan"
     assert set(doc["DOCUMENTATION"]["options"]) == {"_input", "hosts", "strategy", "force", "probe_var"}
     assert "llmserve.sglang.kv_tune_fleet_plan" in doc["EXAMPLES"]
+
+
+@pytest.mark.parametrize("force, canaries", [("false", []), ("no", []), (False, []), ("true", ["a1"]), (True, ["a1"])])
+def test_force_as_a_string_means_what_it_says(force, canaries):
+    # -e kv_tune_force=false and an AWX survey's answer give the string; bool("false") would force the plan.
+    plan = kv_tune_fleet.kv_tune_fleet_plan(hostvars(), ["a1", "a2", "a3"], strategy="per_class", force=force)
+    assert plan["groups"]["kv_tune_canaries"] == canaries
+
+
+def test_force_must_be_a_boolean():
+    with pytest.raises(AnsibleFilterError, match="force must be a boolean, got 'maybe'"):
+        kv_tune_fleet.kv_tune_fleet_plan(hostvars(), ["a1"], strategy="per_class", force="maybe")
+
+
+def test_the_class_plan_reads_force_as_ansible_does():
+    assert not kv_tune_classes.kv_tune_class_plan(hostvars(), ["a1", "a3"], force="false")["a1"]["canary"]
+    assert kv_tune_classes.kv_tune_class_plan(hostvars(), ["a1", "a3"], force="true")["a1"]["canary"]
