@@ -81,7 +81,7 @@ READS = playbook_reads(TEXT)
 def test_the_playbook_reader_finds_the_plays_variables():
     # The reader itself, on the playbook it serves: the plays' own variables with their defaults.
     assert playbook_roles(TEXT) == ["kv_tune"]
-    assert READS["kv_tune_hosts"] == "all" and READS["kv_tune_max_fail_percentage"] == 0
+    assert READS["kv_tune_hosts"] == "sglang_servers" and READS["kv_tune_max_fail_percentage"] == 0
     assert READS["kv_tune_serial"] == [1, "25%"]
     assert "default" not in READS and "query" not in READS and "groups" in READS
 
