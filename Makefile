@@ -46,10 +46,13 @@ system-deps:
 	fi
 
 # requirements-dev.txt: the tools, and the collection's runtime requirements.txt (-r); constraints.txt pins all.
-$(VENV)/.installed: requirements-dev.txt requirements.txt constraints.txt | system-deps
+$(VENV)/.installed: requirements-dev.txt requirements.txt constraints.txt $(wildcard cli/pyproject.toml cli/*/*.py) | system-deps
 	@echo "creating $(VENV) and installing pinned requirements"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt -c constraints.txt 2>&1 | $(PIP_NOISE)
+	@# The console command llmserve-fleet, as a user installs it from the collection (README).
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps ./cli 2>&1 | $(PIP_NOISE)
+	rm -rf cli/build cli/*.egg-info
 	mkdir -p $(COLLECTIONS)/ansible_collections/llmserve
 	ln -sfn $(CURDIR) $(COLLECTIONS)/ansible_collections/llmserve/sglang
 	mkdir -p $(HOME)/.ansible/test/cache

@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,14 +66,21 @@ def test_a_readme_command_runs_as_written(command):
         assert FIELD_ROW in done.stdout, done.stdout[-3000:]
 
 
-def test_the_installed_collection_reports_from_paths_relative_to_where_it_runs(tmp_path):
-    built = run([os.path.join(BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(REPO)],
-                tmp_path, user_environment())
+@pytest.fixture(name="collections", scope="module")
+def fixture_collections(tmp_path_factory) -> Path:
+    """The collection built into its tarball and installed from it, as a user gets it: its collections path."""
+    where = tmp_path_factory.mktemp("installed")
+    built = run([os.path.join(BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(where), str(REPO)],
+                where, user_environment())
     assert built.returncode == 0, built.stdout + built.stderr
-    tarball = next(tmp_path.glob("llmserve-sglang-*.tar.gz"))
     installed = run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--force", "-p",
-                     str(tmp_path / "collections"), str(tarball)], tmp_path, user_environment())
+                     str(where / "collections"), str(next(where.glob("llmserve-sglang-*.tar.gz")))], where,
+                    user_environment())
     assert installed.returncode == 0, installed.stdout + installed.stderr
+    return where / "collections"
+
+
+def test_the_installed_collection_reports_from_paths_relative_to_where_it_runs(tmp_path, collections):
     work = tmp_path / "work"
     (work / "logs").mkdir(parents=True)
     shutil.copy(FIXTURES / "logs" / "field_kimi_k25_rtx6000_tp8_eagle3.log", work / "logs" / "field.log")
@@ -82,7 +90,7 @@ def test_the_installed_collection_reports_from_paths_relative_to_where_it_runs(t
     done = run(["ansible-playbook", "llmserve.sglang.capacity_report", "-i", "hosts.yml",
                 "-e", "capacity_report_log_path=logs/field.log", "-e", "capacity_report_model_config=logs/config.json",
                 "-e", "capacity_report_sglang_version=0.5.9", "-e", "capacity_report_output_dir=reports"],
-               work, user_environment(ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections")))
+               work, user_environment(ANSIBLE_COLLECTIONS_PATH=str(collections)))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # Ansible's own defaults (JSON results): the report's lines are lines, not one string of escaped newlines.
     lines = [line.strip().rstrip(",") for line in done.stdout.splitlines()]
@@ -91,16 +99,9 @@ def test_the_installed_collection_reports_from_paths_relative_to_where_it_runs(t
     assert FIELD_ROW in (work / "reports" / "localhost.md").read_text()
 
 
-def test_the_installed_collection_keeps_reports_out_of_itself(tmp_path):
+def test_the_installed_collection_keeps_reports_out_of_itself(tmp_path, collections):
     """Where reports go when no directory is named (lookup llmserve.sglang.report_dir): the job's artifacts under
     ansible-runner, the working directory, and never the installed collection."""
-    built = run([os.path.join(BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(REPO)],
-                tmp_path, user_environment())
-    assert built.returncode == 0, built.stdout + built.stderr
-    collections = tmp_path / "collections"
-    installed = run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--force", "-p", str(collections),
-                     str(next(tmp_path.glob("llmserve-sglang-*.tar.gz")))], tmp_path, user_environment())
-    assert installed.returncode == 0, installed.stdout + installed.stderr
     inside = collections / "ansible_collections" / "llmserve" / "sglang"
 
     def default_dir(cwd, **env):
@@ -113,3 +114,30 @@ def test_the_installed_collection_keeps_reports_out_of_itself(tmp_path):
     assert default_dir(tmp_path) == str(tmp_path / "kv_tune_reports")
     assert default_dir(tmp_path, AWX_ISOLATED_DATA_DIR="/runner/artifacts/7") == "/runner/artifacts/7/kv_tune_reports"
     assert default_dir(inside) == str(tmp_path / "home" / "kv_tune_reports")
+
+
+def test_the_console_command_installs_from_the_installed_collection(tmp_path, collections):
+    """pip install <the installed collection>/cli, as the README says: llmserve-fleet then runs the installed
+    collection's code, found where Ansible finds collections."""
+    cli = collections / "ansible_collections" / "llmserve" / "sglang" / "cli"
+    target = tmp_path / "site"
+    pip = run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(cli)],
+              tmp_path, user_environment())
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    env = user_environment(ANSIBLE_COLLECTIONS_PATH=str(collections), PYTHONPATH=str(target))
+    shown = run([sys.executable, "-c", "import sys; from llmserve_sglang_fleet import main; sys.exit(main())",
+                 "--help"], tmp_path, env)
+    assert shown.returncode == 0 and "llmserve-fleet" in shown.stdout, shown.stdout + shown.stderr
+    # The code it runs is the installed collection's, not this checkout's.
+    where = run([sys.executable, "-c", WHICH_FLEET_VIEW], tmp_path, env)
+    assert where.stdout.strip().startswith(str(collections)), where.stdout + where.stderr
+
+
+WHICH_FLEET_VIEW = """
+import contextlib, io
+from llmserve_sglang_fleet import main
+with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
+    main(["--help"])
+from ansible_collections.llmserve.sglang.plugins.plugin_utils import fleet_view
+print(fleet_view.__file__)
+"""

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import ansible_runner
+import pexpect
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,6 +185,39 @@ def ansible(inventory: Path, module: str, module_args: str | None = None) -> dic
         return results
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+class Watched:
+    """What llmserve-fleet showed: its exit status, every screen it drew on a terminal (or its lines), the rest."""
+
+    def __init__(self, status: int | None, output: str, tty: bool):
+        self.status, self.output = status, output
+        self.screens = [screen.strip("\r\n") for screen in output.split(CLEAR_SCREEN)[1:]] if tty else []
+        self.last = self.screens[-1] if self.screens else output
+
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def watch(inventory: Path, reports: Path, command: str = "tune", tty: bool = True, interrupt_at: str | None = None,
+          **extravars) -> Watched:
+    """llmserve-fleet <command> on the hosts, in a pseudo-terminal as an operator runs it (``tty``; else its output
+    is a pipe), reports into ``reports``; ``interrupt_at``: Ctrl-C once that text has been shown."""
+    env = dict(os.environ, **_envvars(), TERM="xterm")
+    argv = [command, "-i", str(inventory), "--report-dir", str(reports)]
+    argv += ["-e", json.dumps(extravars)] if extravars else []
+    if not tty:
+        argv.append("--plain")
+    child = pexpect.spawn(str(Path(sys.executable).parent / "llmserve-fleet"), argv, env=env, cwd=str(reports),
+                          encoding="utf-8", timeout=900, dimensions=(50, 200))
+    shown = ""
+    if interrupt_at:
+        child.expect_exact(interrupt_at, timeout=600)
+        shown = child.before + child.after
+        child.sendintr()
+    child.expect(pexpect.EOF, timeout=900)
+    child.close()
+    return Watched(child.exitstatus, shown + (child.before or ""), tty)
 
 
 def tune(inventory: Path, reports: Path, limit: str | None = None, serial: str | None = None,

@@ -23,7 +23,8 @@ import yaml
 
 import simhost_lib
 from simhost_lib import (PIN_DROPIN, REPO, RESOLUTION, SAFETY_GIB, controller, deployed, fact, invocation, oracle_max,
-                         oracle_max_at, play, report, running_fraction, server_argv, set_faults, ssh, trial_left)
+                         oracle_max_at, play, report, running_fraction, server_argv, set_faults, ssh, trial_left,
+                         watch)
 
 PREFIX = "simtune"
 PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b", f"{PREFIX}3": "h200-deepseek-v3"}
@@ -41,9 +42,20 @@ def fleet(tmp_path_factory):
 
 # --- the fleet is tuned, pins agree, and a re-run does nothing ---------------------------------------------------
 
-def test_tune_each_profile_to_the_oracle_in_at_most_four_restarts(fleet, tmp_path):
-    run = tune(fleet, tmp_path)
-    assert run.status == "successful", run.stdout[-8000:]
+def test_tune_each_profile_to_the_oracle_in_at_most_four_restarts(fleet, tmp_path, measured):
+    # As an operator runs it: llmserve-fleet in a terminal, its table redrawn as each host moves.
+    run = watch(fleet, tmp_path, kv_tune_serial="100%")
+    assert run.status == 0, run.output[-8000:]
+    phases = {host: [line.split()[2] for screen in run.screens for line in screen.splitlines()[2:]
+                     if line.split()[0] == host] for host in PROFILES}
+    for host, seen in phases.items():
+        # each host seen loading and under load before it was pinned (a phase shorter than a redraw may not show)
+        assert {"loading", "under", "pinned"} <= set(seen) and seen.index("under") < seen.index("pinned"), (host, seen)
+    measured("llmserve-fleet tune, the last screen of 3 hosts: " + " | ".join(run.last.splitlines()))
+    (tmp_path / "screens.txt").write_text("\n\n".join(run.screens))
+    fleet_report = json.loads((tmp_path / "fleet.json").read_text())
+    assert fleet_report["failed"] == [] and fleet_report["exit_code"] == 0
+    assert (tmp_path / "fleet.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for host, profile in PROFILES.items():
         result = report(tmp_path, host)
         truth = oracle_max(host)
@@ -59,7 +71,9 @@ def test_tune_each_profile_to_the_oracle_in_at_most_four_restarts(fleet, tmp_pat
         if profile == "field":
             assert result["before"]["mem_fraction_static"] == 0.88
             assert result["after"]["tokens"] > result["before"]["tokens"]
-    assert "0.880 -> 0." in run.stdout and "restart" in run.stdout
+        row = next(row for row in fleet_report["hosts"] if row["host"] == host)
+        assert (row["phase"], row["value"], row["tokens"], row["restarts"]) == (
+            "pinned", "%.3f" % pinned["mem_fraction_static"], result["after"]["tokens"], result["restarts"]), row
 
 
 def test_the_pinned_value_holds_the_load(fleet):
@@ -72,6 +86,11 @@ def test_the_pinned_value_holds_the_load(fleet):
 
 def test_second_run_changes_nothing_and_restarts_nothing(fleet, tmp_path):
     started = {host: invocation(host) for host in PROFILES}
+    # Ctrl-C in llmserve-fleet stops the run where it is, says so, and leaves every host as it was.
+    stopped = watch(fleet, tmp_path, interrupt_at="probe")
+    assert stopped.status == 130, stopped.output[-5000:]
+    assert "interrupted: ansible-playbook was stopped." in stopped.output, stopped.output[-5000:]
+    assert {host: invocation(host) for host in PROFILES} == started and not any(trial_left(h) for h in PROFILES)
     run = tune(fleet, tmp_path)
     assert run.status == "successful", run.stdout[-8000:]
     assert sum(run.stats.get("changed", {}).get(host, 0) for host in PROFILES) == 0, run.stats
@@ -190,6 +209,12 @@ def test_an_unreachable_host_is_reported_and_the_others_proceed(fleet, tmp_path)
     handed_on = run.artifact_data["llmserve_kv_tune"]
     assert handed_on["hosts"] == rows and handed_on["failed"] == ["gone1"] and handed_on["restarts"] == 0
     assert handed_on["report_dir"].endswith("/artifacts/%s/kv_tune_reports" % run.ident), handed_on
+    # The same through llmserve-fleet, its output not a terminal: a line per change, exit 2 naming the host.
+    (tmp_path / "view").mkdir()
+    watched = watch(inventory, tmp_path / "view", tty=False, ansible_ssh_timeout=5, kv_tune_serial="100%")
+    assert watched.status == 2, watched.output[-5000:]
+    assert "\x1b[" not in watched.output and "failed or left on the last-known-good value: gone1\r\n" in watched.output
+    assert re.search(r"\d\d:\d\d:\d\d %s: unchanged 0\.[0-9]+, [0-9,]+ KV tokens" % FIELD, watched.output), watched.output
 
 
 def test_a_failed_canary_stops_the_run_before_any_other_host(fleet, tmp_path):

@@ -1,0 +1,361 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""llmserve-fleet: one of the collection's playbooks on an inventory, watched as a table of hosts.
+
+The command (package cli/, console script llmserve-fleet) runs tune_kv.yml, rollout.yml or site.yml through
+ansible-runner and reads its event stream: the tasks each host starts, the tuner's progress lines
+(module_utils/kv_progress.py) and trial lines, each host's result, and at the end what the run handed on with
+set_stats. On a terminal the table is redrawn in place; otherwise a plain line is printed whenever a host's row
+changes. At the end it writes the fleet report (Markdown, JSON, PNG) and exits non-zero, naming them, when a host
+failed or was left on its last-known-good value. Ctrl-C stops ansible-playbook; the hosts caught in a trial go back
+to their last-known-good value by themselves (the tuner's revert, or the host's revert timer), and it says which.
+
+FleetView (the rows from the events), render_table, plain_line and fleet_report are pure; main() does the I/O.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_progress import parse_line, value_text
+
+PLAYBOOKS = {"tune": "llmserve.sglang.tune_kv", "rollout": "llmserve.sglang.rollout", "site": "llmserve.sglang.site"}
+# What a task of the playbooks puts a host in, before the tuner's own progress lines say more.
+TASK_PHASES = (("Kv tune | Does the unit need tuning", "probe"), ("Kv tune | Tune the unit", "tuning"),
+               ("Rollout | ", "rollout"), ("Nvidia driver | ", "driver"), ("Sglang service | ", "service"),
+               ("Sglang | ", "sglang"))
+# The phases of a trial in progress: a host stopped there goes back to its last-known-good value by itself.
+MID_TRIAL = ("restarting", "loading", "ready", "under load", "verified")
+FINAL = ("pinned", "unchanged", "failed", "reverted", "done")
+TRIAL_LINE = re.compile(r"^(?P<label>.+?): trial \d+/\d+ f=(?P<value>[0-9.]+)\b.*?, (?P<tokens>[0-9,]+) KV tokens, "
+                        r"min free under load (?P<free>[0-9.]+) GiB")
+COLUMNS = ("host", "class", "phase", "value", "KV tokens", "min free GiB", "restarts", "elapsed")
+
+
+class Row(object):
+    def __init__(self, label, now):
+        self.label, self.started, self.updated = label, now, now
+        self.cls = self.value = self.tokens = self.free = self.detail = self.error = None
+        self.phase, self.restarts, self.ended = "waiting", 0, None
+
+    def as_dict(self):
+        return {"host": self.label, "class": self.cls, "phase": self.phase, "value": self.value,
+                "tokens": self.tokens, "min_free_gib": self.free, "restarts": self.restarts, "error": self.error,
+                "elapsed_s": round((self.ended or self.updated) - self.started, 1)}
+
+
+class FleetView(object):
+    """The rows of a run, from ansible-runner's events. ``clock`` gives seconds; ``changed`` collects the labels
+    whose row changed since the caller last emptied it."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock, self.rows, self.changed = clock, {}, []
+        self.started, self.stats, self.status = clock(), {}, None
+
+    def row(self, label):
+        if label not in self.rows:
+            self.rows[label] = Row(label, self.clock())
+        return self.rows[label]
+
+    def _set(self, label, **values):
+        row, now = self.row(label), self.clock()
+        if values.get("phase") == "restarting" and row.phase != "restarting":
+            row.restarts += 1
+        # The clock of a host stops when it reaches an end, and runs again if it leaves it (a later play).
+        if "phase" in values and (values["phase"] in FINAL) != (row.phase in FINAL):
+            row.ended = now if values["phase"] in FINAL else None
+        moved = any(getattr(row, key) != value for key, value in values.items())
+        for key, value in values.items():
+            setattr(row, key, value)
+        row.updated = now
+        if moved and label not in self.changed:
+            self.changed.append(label)
+
+    def feed(self, event):
+        """One event of ansible-runner (a dict as its event_handler gets it)."""
+        kind, data = event.get("event"), event.get("event_data") or {}
+        for line in (event.get("stdout") or "").splitlines():
+            self._line(line)
+        host = data.get("host")
+        if kind == "runner_on_start" and host and host != "localhost":
+            phase = next((phase for prefix, phase in TASK_PHASES if (data.get("task") or "").startswith(prefix)), None)
+            row = self.row(host)
+            if phase and (row.phase not in MID_TRIAL + FINAL or phase == "probe"):
+                self._set(host, phase=phase, detail=None)
+        elif kind == "runner_on_ok" and host and host != "localhost":
+            self._ok(host, data.get("res") or {})
+        elif kind in ("runner_on_failed", "runner_on_unreachable") and host and not data.get("ignore_errors"):
+            why = (data.get("res") or {}).get("msg")
+            self._set(host, phase="failed", detail=None,
+                      error="unreachable: %s" % why if kind == "runner_on_unreachable" else why)
+        elif kind == "playbook_on_stats":
+            self.stats = data.get("artifact_data") or {}
+            self._final(self.stats)
+
+    def _line(self, line):
+        progress = parse_line(line)
+        if progress:
+            values = {"phase": progress["phase"], "detail": progress["detail"],
+                      "value": progress["value"] or self.row(progress["label"]).value}
+            if progress["phase"] == "restarting":   # tokens and headroom are the new value's once it is loaded
+                values.update(tokens=None, free=None)
+            self._set(progress["label"], **values)
+            return
+        trial = TRIAL_LINE.match(line.strip())
+        if trial:
+            self._set(trial["label"], tokens=int(trial["tokens"].replace(",", "")), free=float(trial["free"]))
+
+    def _ok(self, host, res):
+        cls = (res.get("ansible_facts") or {}).get("kv_tune_class")
+        if cls:
+            self._set(host, cls=("%s %s" % (cls.get("role"), cls.get("class") or "")).strip())
+        units = res.get("units") if isinstance(res.get("units"), dict) and len(res["units"]) > 1 else {"": res}
+        for unit, found in units.items():
+            status = found.get("status")
+            if status not in ("tuned", "unchanged"):
+                continue
+            label = found.get("label") or host if unit else host
+            if status == "unchanged":
+                pin = found.get("pin") or {}
+                self._set(label, phase="unchanged", value=_text(pin.get("mem_fraction_static")),
+                          tokens=pin.get("tokens"), detail=None)
+            else:
+                after = (found.get("result") or {}).get("after") or {}
+                self._set(label, phase="pinned", value=_text(after.get("mem_fraction_static")),
+                          tokens=after.get("tokens"), detail=None)
+
+    def _final(self, stats):
+        """What the run handed on (llmserve_kv_tune, llmserve_rollout) settles each row."""
+        for handed in (stats.get("llmserve_kv_tune"), stats.get("llmserve_rollout")):
+            for entry in (handed or {}).get("hosts", []):
+                failed = entry["host"] in handed.get("failed", [])
+                values = {"phase": "failed" if failed else _final_phase(entry["status"]), "detail": None}
+                if entry.get("after") is not None and not isinstance(entry["after"], dict):
+                    values["value"] = _text(entry["after"])
+                if entry.get("tokens_after") is not None:
+                    values["tokens"] = entry["tokens_after"]
+                if entry.get("restarts") is not None:
+                    values["restarts"] = entry["restarts"]
+                if failed and not self.row(entry["host"]).error:   # the host's own failure says more
+                    values["error"] = entry.get("error") or entry.get("status")
+                self._set(entry["host"], **values)
+
+    def failed(self):
+        """The hosts the run failed or left on their last-known-good value."""
+        handed = [self.stats.get(key) for key in ("llmserve_kv_tune", "llmserve_rollout") if self.stats.get(key)]
+        named = {host for found in handed for host in found.get("failed", [])}
+        return sorted(named | {label for label, row in self.rows.items() if row.phase == "failed"})
+
+    def mid_trial(self):
+        """The hosts caught in a trial (a stop now leaves them to go back by themselves)."""
+        return [row for row in self.rows.values() if row.phase in MID_TRIAL]
+
+
+def _text(value):
+    return None if value is None else value_text(value)
+
+
+def _final_phase(status):
+    return {"tuned": "pinned", "upgraded": "done"}.get(status, "unchanged" if status == "unchanged" else status)
+
+
+def _cells(row, now):
+    elapsed = int((row.ended or now) - row.started)
+    phase = row.phase + (" (%s)" % row.detail if row.detail else "")
+    return [row.label, row.cls or "-", phase, row.value or "-", "{:,}".format(row.tokens) if row.tokens else "-",
+            "%.2f" % row.free if row.free is not None else "-", str(row.restarts),
+            "%dm%02ds" % (elapsed // 60, elapsed % 60)]
+
+
+def render_table(view, title, now):
+    """The whole screen: a title line with the counts, then one row per host."""
+    rows = [_cells(view.rows[label], now) for label in sorted(view.rows)]
+    widths = [max([len(column)] + [len(cells[i]) for cells in rows]) for i, column in enumerate(COLUMNS)]
+    counts = {}
+    for row in view.rows.values():
+        counts[row.phase] = counts.get(row.phase, 0) + 1
+    spent = int(now - view.started)
+    lines = ["%s - %d host(s), %s - %dm%02ds" % (title, len(rows), ", ".join(
+        "%d %s" % (count, phase) for phase, count in sorted(counts.items())) or "starting", spent // 60, spent % 60),
+             "  ".join(column.ljust(widths[i]) for i, column in enumerate(COLUMNS))]
+    lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip() for cells in rows]
+    return "\n".join(lines)
+
+
+def plain_line(row, now):
+    """A row as one line, for output that is not a terminal."""
+    cells = _cells(row, now)
+    return "%s %s: %s%s%s%s, %s restart(s), %s%s" % (
+        time.strftime("%H:%M:%S"), cells[0], cells[2], " %s" % row.value if row.value else "",
+        ", %s KV tokens" % cells[4] if row.tokens else "", ", min free %s GiB" % cells[5] if row.free is not None
+        else "", cells[6], cells[7], " - %s" % _short(row.error) if row.phase == "failed" and row.error else "")
+
+
+def _short(text, limit=160):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def fleet_report(view, title, out_dir, exit_code, now):
+    """fleet.json, fleet.md and, when matplotlib is there and tokens are known, fleet.png in ``out_dir``; the
+    paths written."""
+    os.makedirs(out_dir, exist_ok=True)
+    rows = [view.rows[label].as_dict() for label in sorted(view.rows)]
+    before = {entry["host"]: entry.get("tokens_before")
+              for entry in (view.stats.get("llmserve_kv_tune") or {}).get("hosts", [])}
+    for row in rows:
+        row["tokens_before"] = before.get(row["host"])
+    data = {"title": title, "exit_code": exit_code, "failed": view.failed(), "hosts": rows, "handed_on": view.stats}
+    written = [os.path.join(out_dir, "fleet.json"), os.path.join(out_dir, "fleet.md")]
+    with open(written[0], "w", encoding="utf-8") as out:
+        out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    with open(written[1], "w", encoding="utf-8") as out:
+        out.write("# %s\n\n```\n%s\n```\n\n%s\n" % (title, render_table(view, title, now), (
+            "Failed or left on the last-known-good value: %s." % ", ".join(data["failed"])) if data["failed"]
+            else "Every host ended on a verified value."))
+    png = _plot(rows, title, os.path.join(out_dir, "fleet.png"))
+    return written + ([png] if png else [])
+
+
+def _plot(rows, title, path):
+    known = [row for row in rows if row["tokens"]]
+    if not known:
+        return None
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError:
+        return None
+    figure, axes = pyplot.subplots(figsize=(max(6, 1.2 * len(known) + 2), 4))
+    places = range(len(known))
+    axes.bar([x - 0.2 for x in places], [row["tokens_before"] or 0 for row in known], 0.4, label="before")
+    axes.bar([x + 0.2 for x in places], [row["tokens"] for row in known], 0.4, label="after")
+    for x, row in zip(places, known):
+        axes.annotate("%d restart(s)" % row["restarts"], (x, row["tokens"]), ha="center", va="bottom", fontsize=8)
+    axes.set_xticks(list(places), [row["host"] for row in known], rotation=30, ha="right")
+    axes.set_ylabel("KV tokens")
+    axes.set_title(title)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+    return path
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(prog="llmserve-fleet", description=(
+        "Run one of llmserve.sglang's playbooks on an inventory and watch every host: a table redrawn in place on a "
+        "terminal, plain lines otherwise; the fleet report at the end; exit 2 when a host failed or was left on its "
+        "last-known-good value."))
+    parser.add_argument("playbook", choices=sorted(PLAYBOOKS), help="tune: tune_kv.yml, rollout: rollout.yml, "
+                                                                    "site: site.yml")
+    parser.add_argument("-i", "--inventory", required=True, help="the inventory (file or directory)")
+    parser.add_argument("-e", "--extra-vars", action="append", default=[],
+                        help="key=value or JSON, as ansible-playbook's -e (may be repeated)")
+    parser.add_argument("--vault-password-file", help="as ansible-playbook's")
+    parser.add_argument("--report-dir", default="fleet_reports",
+                        help="where the fleet report and the tuner's reports go (default: fleet_reports)")
+    parser.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
+    return parser.parse_args(argv)
+
+
+def _extravars(items):
+    out = {}
+    for item in items:
+        if item.lstrip().startswith("{"):
+            out.update(json.loads(item))
+        else:
+            for word in item.split():
+                key, _sep, value = word.partition("=")
+                out[key] = value
+    return out
+
+
+def main(argv=None):
+    """The console command; its exit code."""
+    import ansible_runner
+
+    args = _arguments(argv)
+    tty = sys.stdout.isatty() and not args.plain
+    report_dir = os.path.abspath(args.report_dir)
+    extravars = dict(_extravars(args.extra_vars))
+    if args.playbook == "tune":
+        extravars.setdefault("kv_tune_report_dir", report_dir)
+    elif args.playbook == "rollout":
+        extravars.setdefault("rollout_report_dir", report_dir)
+    title = "llmserve-fleet %s on %s" % (args.playbook, args.inventory)
+    view, lock, stopped = FleetView(), threading.Lock(), threading.Event()
+
+    def handle(event):
+        with lock:
+            view.feed(event)
+        return True
+
+    def interrupt(_signum, _frame):
+        stopped.set()
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    cmdline = "--vault-password-file %s" % os.path.abspath(args.vault_password_file) \
+        if args.vault_password_file else None
+    private = tempfile.mkdtemp(prefix="llmserve-fleet-")
+    # The ansible-playbook installed beside this command (a virtualenv that is not activated) first.
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
+    thread, runner = ansible_runner.run_async(
+        private_data_dir=private, playbook=PLAYBOOKS[args.playbook], inventory=os.path.abspath(args.inventory),
+        extravars=extravars, cmdline=cmdline, quiet=True, event_handler=handle, cancel_callback=stopped.is_set,
+        envvars={"ANSIBLE_NOCOLOR": "1", "PATH": path})
+    said = 0.0
+    try:
+        while thread.is_alive():
+            thread.join(0.5)
+            with lock:
+                now = time.monotonic()
+                if tty:
+                    if view.changed or now - said >= 1.0:
+                        sys.stdout.write("\x1b[H\x1b[2J" + render_table(view, title, now) + "\n")
+                        sys.stdout.flush()
+                        said = now
+                else:
+                    for label in view.changed:
+                        print(plain_line(view.rows[label], now), flush=True)
+                view.changed = []
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    now = time.monotonic()
+    if tty:
+        sys.stdout.write("\x1b[H\x1b[2J" + render_table(view, title, now) + "\n")
+    if stopped.is_set():
+        caught = view.mid_trial()
+        print("interrupted: ansible-playbook was stopped. %s" % (
+            "In a trial, each going back to its last-known-good value by itself (the tuner's revert, else the "
+            "host's revert timer, kv_tune_confirm_timeout): %s." % ", ".join(
+                "%s (%s %s)" % (row.label, row.phase, row.value or "") for row in caught)
+            if caught else "No host was in a trial."))
+        code = 130
+    else:
+        failed = view.failed()
+        code = 2 if failed else (0 if runner.rc == 0 else runner.rc or 1)
+        if failed:
+            print("failed or left on the last-known-good value: %s" % ", ".join(failed))
+            for label in failed:
+                if label in view.rows and view.rows[label].error:
+                    print("  %s: %s" % (label, _short(view.rows[label].error)))
+        elif code:
+            print("ansible-playbook exited %s (%s)" % (runner.rc, runner.status))
+    for path in fleet_report(view, title, report_dir, code, now):
+        print("fleet report: %s" % path)
+    if code == 0:
+        shutil.rmtree(private, ignore_errors=True)
+    else:
+        print("ansible-runner's artifacts of this run (its events and output): %s" % private)
+    return code
