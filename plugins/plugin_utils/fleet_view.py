@@ -184,8 +184,8 @@ def render_table(view, title, now):
     for row in view.rows.values():
         counts[row.phase] = counts.get(row.phase, 0) + 1
     spent = int(now - view.started)
-    lines = ["%s - %d host(s), %s - %dm%02ds" % (title, len(rows), ", ".join(
-        "%d %s" % (count, phase) for phase, count in sorted(counts.items())) or "starting", spent // 60, spent % 60),
+    tally = ", ".join("%d %s" % (count, phase) for phase, count in sorted(counts.items())) or "starting"
+    lines = ["%s - %d host(s), %s - %dm%02ds" % (title, len(rows), tally, spent // 60, spent % 60),
              "  ".join(column.ljust(widths[i]) for i, column in enumerate(COLUMNS))]
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip() for cells in rows]
     return "\n".join(lines)

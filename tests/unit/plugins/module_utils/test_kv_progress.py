@@ -23,7 +23,7 @@ def test_a_trial_from_the_probe_to_the_pin():
              progress.on_call("kv_trial", {"state": "started", "value": "0.910"}),
              progress.on_end("kv_trial", {"changed": True}),
              progress.on_call("sglang_ready", {})]
-    for _ in range(4):   # a server that loads for 75 s: a line every 20 s
+    for _second in range(4):   # a server that loads for 75 s: a line every 20 s
         clock.now += 5
         lines.append(progress.heartbeat())
     clock.now += 55
@@ -61,10 +61,10 @@ def test_nothing_is_said_before_the_run_has_a_phase_or_for_other_calls():
 
 def test_every_line_parses_back():
     for line, expected in [
-        ("[kv_tune] gpu3: loading 0.910 (20 s)", {"label": "gpu3", "phase": "loading", "value": "0.910",
-                                                   "detail": "20 s"}),
-        ("[kv_tune] gpu1 sglang@a: under load 0.950 (21/60 s)", {"label": "gpu1 sglang@a", "phase": "under load",
-                                                                  "value": "0.950", "detail": "21/60 s"}),
+        ("[kv_tune] gpu3: loading 0.910 (20 s)",
+         {"label": "gpu3", "phase": "loading", "value": "0.910", "detail": "20 s"}),
+        ("[kv_tune] gpu1 sglang@a: under load 0.950 (21/60 s)",
+         {"label": "gpu1 sglang@a", "phase": "under load", "value": "0.950", "detail": "21/60 s"}),
         ("[kv_tune] gpu3: probe", {"label": "gpu3", "phase": "probe", "value": None, "detail": None}),
     ]:
         assert kv_progress.parse_line(line) == expected
