@@ -27,7 +27,7 @@ export SIM_WHEELHOUSE := $(WHEELHOUSE)
 
 MOLECULE_SCENARIOS ?= nvidia_driver sglang
 
-.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units functional sim simhosts molecule wheelhouse build bench bench-tune clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units functional sim simhosts molecule wheelhouse build changelog changelog-lint bench bench-tune clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
@@ -103,6 +103,7 @@ test-lane-others:
 
 lint: venv
 	$(BIN)/ansible-lint --profile production
+	$(MAKE) --no-print-directory changelog-lint
 
 # A fresh copy of the tracked tree (plus new, not-ignored files) where ansible-test wants it.
 $(TEST_ROOT): FORCE
@@ -143,6 +144,30 @@ build: venv
 	rm -rf .tmp/build && mkdir -p .tmp/build
 	$(BIN)/ansible-galaxy collection build --output-path .tmp/build . 2>&1 | tee .tmp/build/log
 	@! grep -qi warning .tmp/build/log || { echo "collection build printed warnings"; exit 1; }
+
+# --- release -----------------------------------------------------------------------------------------
+# changelogs/changelog.yaml and CHANGELOG.rst for the version galaxy.yml names, from every fragment in
+# changelogs/fragments (kept: a fragment merged before the release is published folds into it when this runs again).
+# The release date stays the one changelog.yaml has for that version (today for a new one); CHANGELOG_DATE=YYYY-MM-DD
+# sets it. docs/DEVELOPING.md, "Releasing".
+COLLECTION_VERSION = $(shell sed -n 's/^version: *//p' galaxy.yml)
+CHANGELOG_DATE ?=
+changelog: venv
+	date="$(CHANGELOG_DATE)"; [ -n "$$date" ] || date="$$($(BIN)/python -c 'import sys, yaml; \
+	  releases = (yaml.safe_load(open("changelogs/changelog.yaml")) or {}).get("releases") or {}; \
+	  print(releases.get(sys.argv[1], {}).get("release_date", ""))' $(COLLECTION_VERSION))"; \
+	$(BIN)/antsibull-changelog release --version $(COLLECTION_VERSION) --date "$${date:-$$(date +%F)}" \
+	  --update-existing --refresh --reload-plugins
+	$(MAKE) --no-print-directory changelog-lint
+
+# Fragments and changelog.yaml well-formed; while the first release (1.0.0) is prepared, no fragment fixes, breaks,
+# deprecates or removes anything: there is nothing before it.
+changelog-lint: venv
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
+	@if [ "$(COLLECTION_VERSION)" = 1.0.0 ] && grep -lE '^(bugfixes|breaking_changes|deprecated_features|removed_features):' \
+	    changelogs/fragments/*.y*ml; then \
+	  echo "1.0.0 is the first release: those sections go into major_changes or minor_changes"; exit 1; fi
 
 # Measurements quoted in README.md (never asserted in tests).
 bench: venv
