@@ -27,7 +27,7 @@ export SIM_WHEELHOUSE := $(WHEELHOUSE)
 
 MOLECULE_SCENARIOS ?= nvidia_driver sglang
 
-.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units functional sim simhosts molecule wheelhouse build changelog changelog-lint bench bench-tune clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units functional sim simhosts molecule wheelhouse build changelog changelog-lint galaxy-importer bench bench-tune clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
@@ -168,6 +168,25 @@ changelog-lint: venv
 	@if [ "$(COLLECTION_VERSION)" = 1.0.0 ] && grep -lE '^(bugfixes|breaking_changes|deprecated_features|removed_features):' \
 	    changelogs/fragments/*.y*ml; then \
 	  echo "1.0.0 is the first release: those sections go into major_changes or minor_changes"; exit 1; fi
+
+# Galaxy's import of the built tarball (galaxy-importer: ansible-doc on every plugin, ansible-lint as Galaxy runs it,
+# the changelog), in a virtualenv of its own: its pins are not the project's. Fails on its errors and warnings, and
+# on a plugin listed without documentation or twice (.ci/galaxy-importer/check_result.py).
+IMPORTER_VENV := $(CURDIR)/.tmp/venv-importer
+$(IMPORTER_VENV)/.installed: .ci/galaxy-importer/requirements.txt
+	rm -rf $(IMPORTER_VENV) && $(PYTHON) -m venv $(IMPORTER_VENV)
+	$(IMPORTER_VENV)/bin/pip install -q --disable-pip-version-check -r .ci/galaxy-importer/requirements.txt 2>&1 \
+	  | $(PIP_NOISE)
+	touch $@
+
+galaxy-importer: build $(IMPORTER_VENV)/.installed
+	rm -rf .tmp/importer && mkdir -p .tmp/importer
+	cd .tmp/importer && env -u ANSIBLE_CONFIG -u ANSIBLE_COLLECTIONS_PATH PATH=$(IMPORTER_VENV)/bin:$$PATH \
+	  GALAXY_IMPORTER_CONFIG=$(CURDIR)/.ci/galaxy-importer/galaxy-importer.cfg \
+	  $(IMPORTER_VENV)/bin/python -m galaxy_importer.main $(CURDIR)/.tmp/build/llmserve-sglang-$(COLLECTION_VERSION).tar.gz \
+	  > log 2>&1 || { cat log; exit 1; }
+	grep -v "^Loading " .tmp/importer/log
+	$(IMPORTER_VENV)/bin/python .ci/galaxy-importer/check_result.py .tmp/importer/log .tmp/importer/importer_result.json
 
 # Measurements quoted in README.md (never asserted in tests).
 bench: venv
