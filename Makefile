@@ -11,6 +11,15 @@ BIN := $(VENV)/bin
 COLLECTIONS := $(VENV)/collections
 # ansible-test needs the collection at a path ending in ansible_collections/<namespace>/<name>.
 TEST_ROOT := $(CURDIR)/.tmp/ansible_collections/llmserve/sglang
+# The oldest ansible-core meta/runtime.yml claims: sanity and units on it too, from a venv of its own, in a copy of the
+# tree of its own. ansible-test --venv builds each test's requirements for that core; it keeps them under HOME, so the
+# runs get a HOME of their own and never build a virtualenv at the same path as the other core's at once (pip's
+# download cache is shared).
+CORE_OLDEST := 2.19.0
+CORE_OLDEST_VENV := $(CURDIR)/.tmp/venv-core-$(CORE_OLDEST)
+CORE_OLDEST_ROOT := $(CURDIR)/.tmp/core-$(CORE_OLDEST)/ansible_collections/llmserve/sglang
+CORE_OLDEST_HOME := $(HOME)/.cache/llmserve-sglang/ansible-core-$(CORE_OLDEST)
+CORE_OLDEST_ENV := HOME=$(CORE_OLDEST_HOME) PIP_CACHE_DIR=$(HOME)/.cache/pip PATH=$(CORE_OLDEST_VENV)/bin:$$PATH
 PY_VER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -27,7 +36,7 @@ export SIM_WHEELHOUSE := $(WHEELHOUSE)
 
 MOLECULE_SCENARIOS ?= nvidia_driver sglang
 
-.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units functional sim simhosts molecule wheelhouse build changelog changelog-lint galaxy-importer bench bench-tune clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units oldest-core functional sim simhosts molecule wheelhouse build changelog changelog-lint galaxy-importer bench bench-tune clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
@@ -106,12 +115,12 @@ lint: venv
 	$(MAKE) --no-print-directory changelog-lint
 
 # A fresh copy of the tracked tree (plus new, not-ignored files) where ansible-test wants it.
-$(TEST_ROOT): FORCE
-	rm -rf $(TEST_ROOT) && mkdir -p $(TEST_ROOT)
+$(TEST_ROOT) $(CORE_OLDEST_ROOT): FORCE
+	rm -rf $@ && mkdir -p $@
 	git ls-files -z --cached --others --exclude-standard \
-	  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(TEST_ROOT)
+	  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $@
 	@# ansible-test lists content with git; a repository of its own keeps it from seeing this one's .gitignore.
-	cd $(TEST_ROOT) && git init -q && git add -A
+	cd $@ && git init -q && git add -A
 FORCE:
 
 sanity: venv $(TEST_ROOT)
@@ -119,6 +128,20 @@ sanity: venv $(TEST_ROOT)
 
 units: venv $(TEST_ROOT)
 	cd $(TEST_ROOT) && $(BIN)/ansible-test units --venv --python $(PY_VER) --color no
+
+$(CORE_OLDEST_VENV)/.installed: .ci/ansible-core-$(CORE_OLDEST).txt | system-deps
+	rm -rf $(CORE_OLDEST_VENV) && $(PYTHON) -m venv $(CORE_OLDEST_VENV)
+	$(CORE_OLDEST_VENV)/bin/pip install -q --disable-pip-version-check -r .ci/ansible-core-$(CORE_OLDEST).txt 2>&1 \
+	  | $(PIP_NOISE)
+	mkdir -p $(CORE_OLDEST_HOME)/.ansible/test/cache
+	cp .ci/get_pip_offline.py $(CORE_OLDEST_HOME)/.ansible/test/cache/get_pip_24_2.py
+	touch $@
+
+# sanity and units on the oldest ansible-core (one after the other: they share their copy of the tree).
+oldest-core: $(CORE_OLDEST_VENV)/.installed $(CORE_OLDEST_ROOT)
+	cd $(CORE_OLDEST_ROOT) && $(CORE_OLDEST_ENV) ansible-test --version
+	cd $(CORE_OLDEST_ROOT) && $(CORE_OLDEST_ENV) ansible-test sanity --venv --python $(PY_VER) --color no
+	cd $(CORE_OLDEST_ROOT) && $(CORE_OLDEST_ENV) ansible-test units --venv --python $(PY_VER) --color no
 
 functional: venv
 	$(BIN)/pytest -q tests/functional
