@@ -11,6 +11,15 @@ BIN := $(VENV)/bin
 COLLECTIONS := $(VENV)/collections
 # ansible-test needs the collection at a path ending in ansible_collections/<namespace>/<name>.
 TEST_ROOT := $(CURDIR)/.tmp/ansible_collections/llmserve/sglang
+# The oldest ansible-core meta/runtime.yml claims: sanity and units on it too, from a venv of its own, in a copy of the
+# tree of its own. ansible-test --venv builds each test's requirements for that core; it keeps them under HOME, so the
+# runs get a HOME of their own and never build a virtualenv at the same path as the other core's at once (pip's
+# download cache is shared).
+CORE_OLDEST := 2.19.0
+CORE_OLDEST_VENV := $(CURDIR)/.tmp/venv-core-$(CORE_OLDEST)
+CORE_OLDEST_ROOTS := $(foreach part,sanity units,$(CURDIR)/.tmp/core-$(CORE_OLDEST)-$(part)/ansible_collections/llmserve/sglang)
+CORE_OLDEST_HOME := $(HOME)/.cache/llmserve-sglang/ansible-core-$(CORE_OLDEST)
+CORE_OLDEST_ENV := HOME=$(CORE_OLDEST_HOME) PIP_CACHE_DIR=$(HOME)/.cache/pip PATH=$(CORE_OLDEST_VENV)/bin:$$PATH
 PY_VER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -27,12 +36,14 @@ export SIM_WHEELHOUSE := $(WHEELHOUSE)
 
 MOLECULE_SCENARIOS ?= nvidia_driver sglang
 
-.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units functional sim simhosts molecule wheelhouse build ee bench bench-tune clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units sanity-oldest units-oldest oldest-core functional sim simhosts molecule wheelhouse build ee changelog changelog-lint galaxy-importer bench bench-tune clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
 	@echo "make test        lint + sanity + units + functional + sim + simhosts + molecule + build (what CI runs)"
 	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | ee | bench | bench-tune | clean"
+	@echo "make sanity-oldest | units-oldest   sanity, units on ansible-core 2.19.0 (the oldest meta/runtime.yml claims)"
+	@echo "make galaxy-importer | changelog | changelog-lint   Galaxy's import of the tarball; CHANGELOG.rst"
 	@echo "make sim-up [N=4] [PROFILE=field] | sim-down | sim-status   simulated GPU hosts"
 
 # --- setup -------------------------------------------------------------------------------------------
@@ -89,7 +100,9 @@ demo: venv
 # Two lanes side by side where that is free: each part below uses about one core, or waits on its servers and hosts
 # (sim, molecule). sanity and units share one lane: both build ansible-test's environment in $(TEST_ROOT). Each
 # part's output comes in one piece when it ends (-O). The simulated hosts then have both cores to themselves (their
-# work is CPU-bound).
+# work is CPU-bound). ansible-core 2.19.0's sanity runs in the other lane (its own copy of the tree and HOME); lanes
+# measured on 2 cores, molecule left out: 323 s (sanity 84, units 30, units-oldest 26, functional 152,
+# galaxy-importer 31) and 184 s (lint 32, sanity-oldest 77, sim 75), plus molecule's 3.5 min.
 test: venv wheelhouse
 	$(MAKE) --no-print-directory -j2 test-lane-ansible-test test-lane-others
 	$(MAKE) --no-print-directory simhosts build
@@ -99,23 +112,27 @@ test: venv wheelhouse
 test-lane-ansible-test:
 	$(MAKE) --no-print-directory -O sanity
 	$(MAKE) --no-print-directory -O units
+	$(MAKE) --no-print-directory -O units-oldest
 	$(MAKE) --no-print-directory -O functional
+	$(MAKE) --no-print-directory -O galaxy-importer
 test-lane-others:
 	$(MAKE) --no-print-directory -O lint
 	$(MAKE) --no-print-directory -O ee
+	$(MAKE) --no-print-directory -O sanity-oldest
 	$(MAKE) --no-print-directory -O sim
 	$(MAKE) --no-print-directory -O molecule
 
 lint: venv
 	$(BIN)/ansible-lint --profile production
+	$(MAKE) --no-print-directory changelog-lint
 
 # A fresh copy of the tracked tree (plus new, not-ignored files) where ansible-test wants it.
-$(TEST_ROOT): FORCE
-	rm -rf $(TEST_ROOT) && mkdir -p $(TEST_ROOT)
+$(TEST_ROOT) $(CORE_OLDEST_ROOTS): FORCE
+	rm -rf $@ && mkdir -p $@
 	git ls-files -z --cached --others --exclude-standard \
-	  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $(TEST_ROOT)
+	  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $@
 	@# ansible-test lists content with git; a repository of its own keeps it from seeing this one's .gitignore.
-	cd $(TEST_ROOT) && git init -q && git add -A
+	cd $@ && git init -q && git add -A
 FORCE:
 
 sanity: venv $(TEST_ROOT)
@@ -123,6 +140,19 @@ sanity: venv $(TEST_ROOT)
 
 units: venv $(TEST_ROOT)
 	cd $(TEST_ROOT) && $(BIN)/ansible-test units --venv --python $(PY_VER) --color no
+
+$(CORE_OLDEST_VENV)/.installed: .ci/ansible-core-$(CORE_OLDEST).txt | system-deps
+	rm -rf $(CORE_OLDEST_VENV) && $(PYTHON) -m venv $(CORE_OLDEST_VENV)
+	$(CORE_OLDEST_VENV)/bin/pip install -q --disable-pip-version-check -r .ci/ansible-core-$(CORE_OLDEST).txt 2>&1 \
+	  | $(PIP_NOISE)
+	mkdir -p $(CORE_OLDEST_HOME)/.ansible/test/cache
+	cp .ci/get_pip_offline.py $(CORE_OLDEST_HOME)/.ansible/test/cache/get_pip_24_2.py
+	touch $@
+
+# sanity and units on the oldest ansible-core, each in a copy of the tree of its own (they may run side by side).
+sanity-oldest units-oldest: %-oldest: $(CORE_OLDEST_VENV)/.installed $(CURDIR)/.tmp/core-$(CORE_OLDEST)-%/ansible_collections/llmserve/sglang
+	cd $(word 2,$^) && $(CORE_OLDEST_ENV) ansible-test $* --venv --python $(PY_VER) --color no
+oldest-core: sanity-oldest units-oldest
 
 functional: venv
 	$(BIN)/pytest -q tests/functional
@@ -173,6 +203,49 @@ ee: venv
 	@for need in requirements.txt:matplotlib bindep.txt:openssh-clients bindep.txt:hostname; do \
 	  grep -q "^$${need#*:}[ >=<]" $(EE_DIR)/$${need%%:*} || { echo "introspect does not list $${need#*:}"; exit 1; }; \
 	done; echo "make ee: the execution environment's context is built and its requirements include matplotlib"
+
+# --- release -----------------------------------------------------------------------------------------
+# changelogs/changelog.yaml and CHANGELOG.rst for the version galaxy.yml names, from every fragment in
+# changelogs/fragments (kept: a fragment merged before the release is published folds into it when this runs again).
+# The release date stays the one changelog.yaml has for that version (today for a new one); CHANGELOG_DATE=YYYY-MM-DD
+# sets it. docs/DEVELOPING.md, "Releasing".
+COLLECTION_VERSION = $(shell sed -n 's/^version: *//p' galaxy.yml)
+CHANGELOG_DATE ?=
+changelog: venv
+	date="$(CHANGELOG_DATE)"; [ -n "$$date" ] || date="$$($(BIN)/python -c 'import sys, yaml; \
+	  releases = (yaml.safe_load(open("changelogs/changelog.yaml")) or {}).get("releases") or {}; \
+	  print(releases.get(sys.argv[1], {}).get("release_date", ""))' $(COLLECTION_VERSION))"; \
+	$(BIN)/antsibull-changelog release --version $(COLLECTION_VERSION) --date "$${date:-$$(date +%F)}" \
+	  --update-existing --refresh --reload-plugins
+	$(MAKE) --no-print-directory changelog-lint
+
+# Fragments and changelog.yaml well-formed; while the first release (1.0.0) is prepared, no fragment fixes, breaks,
+# deprecates or removes anything: there is nothing before it.
+changelog-lint: venv
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
+	@if [ "$(COLLECTION_VERSION)" = 1.0.0 ] && grep -lE '^(bugfixes|breaking_changes|deprecated_features|removed_features):' \
+	    changelogs/fragments/*.y*ml; then \
+	  echo "1.0.0 is the first release: those sections go into major_changes or minor_changes"; exit 1; fi
+
+# Galaxy's import of the built tarball (galaxy-importer: ansible-doc on every plugin, ansible-lint as Galaxy runs it,
+# the changelog), in a virtualenv of its own: its pins are not the project's. Fails on its errors and warnings, and
+# on a plugin listed without documentation or twice (.ci/galaxy-importer/check_result.py).
+IMPORTER_VENV := $(CURDIR)/.tmp/venv-importer
+$(IMPORTER_VENV)/.installed: .ci/galaxy-importer/requirements.txt
+	rm -rf $(IMPORTER_VENV) && $(PYTHON) -m venv $(IMPORTER_VENV)
+	$(IMPORTER_VENV)/bin/pip install -q --disable-pip-version-check -r .ci/galaxy-importer/requirements.txt 2>&1 \
+	  | $(PIP_NOISE)
+	touch $@
+
+galaxy-importer: build $(IMPORTER_VENV)/.installed
+	rm -rf .tmp/importer && mkdir -p .tmp/importer
+	cd .tmp/importer && env -u ANSIBLE_CONFIG -u ANSIBLE_COLLECTIONS_PATH PATH=$(IMPORTER_VENV)/bin:$$PATH \
+	  GALAXY_IMPORTER_CONFIG=$(CURDIR)/.ci/galaxy-importer/galaxy-importer.cfg \
+	  $(IMPORTER_VENV)/bin/python -m galaxy_importer.main $(CURDIR)/.tmp/build/llmserve-sglang-$(COLLECTION_VERSION).tar.gz \
+	  > log 2>&1 || { cat log; exit 1; }
+	grep -v "^Loading " .tmp/importer/log
+	$(IMPORTER_VENV)/bin/python .ci/galaxy-importer/check_result.py .tmp/importer/log .tmp/importer/importer_result.json
 
 # Measurements quoted in README.md (never asserted in tests).
 bench: venv

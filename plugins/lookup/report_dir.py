@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: report_dir
 short_description: Where a run's reports go on the controller when the user names no directory
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """SGLang's command line, written: server arguments as an argv list (:func:`cli_args`) and an argv as one systemd
 ``ExecStart=`` value (:func:`exec_start`). Pure and stdlib only; the filters sglang_cli_args and sglang_exec_start
-(plugins/filter/sglang_cli_args.py) and the sglang_service role's units (module_utils/service_units.py) use it."""
+(plugins/filter/, a file each) and the sglang_service role's units (module_utils/service_units.py) use it."""
 from __future__ import annotations
 
 import json

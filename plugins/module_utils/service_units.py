@@ -5,7 +5,7 @@
 or ``<name>@<instance>.service`` per instance) with its EnvironmentFile, merged server arguments, ExecStart, the
 ``--mem-fraction-static`` it starts with and where that came from, its port and the URL that probes it.
 
-Pure and stdlib only. The filter llmserve.sglang.sglang_service_units (plugins/filter/sglang_units.py) hands it the
+Pure and stdlib only. The filter llmserve.sglang.sglang_service_units (plugins/filter/sglang_service_units.py) hands it the
 role's variables; the role's templates (sglang.service.j2, sglang.env.j2) render each entry. Argument names are
 SGLang's fields (server_args.canonical), so ``tp``, ``tp-size`` and ``tp_size`` are one argument when layers merge.
 

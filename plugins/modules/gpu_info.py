@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gpu_info
 short_description: Read the NVIDIA GPUs of a host (memory, MIG, persistence, processes) through NVML or nvidia-smi
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kv_capacity
 short_description: Predict SGLang's KV-cache pool for a model and --mem-fraction-static, and the fraction a target needs
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:

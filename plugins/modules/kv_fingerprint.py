@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kv_fingerprint
 short_description: The memory-picture fingerprint of an SGLang unit's server, and whether its KV pin still holds
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:

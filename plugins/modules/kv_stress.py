@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kv_stress
 short_description: Fill a local SGLang server's KV cache pool with concurrent requests and sample GPU memory meanwhile
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kv_trial
 short_description: Try a --mem-fraction-static on an SGLang unit with a host-side revert timer, then commit or revert it
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kv_tune
 short_description: Find, prove and pin the largest --mem-fraction-static of an SGLang unit that holds a load filling its KV pool
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:

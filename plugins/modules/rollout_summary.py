@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_summary
 short_description: The fleet summary of a rollout, one row per host, written to rollout_summary.json on the controller
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_startup_facts
 short_description: Read an SGLang server's startup log and return its memory facts and failure diagnosis
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:

@@ -1,34 +1,28 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The kv filters (kv_cell_size, kv_tokens, mem_fraction_for_tokens) on real configs, their errors, and their
-sidecar documentation."""
+"""The kv filters (kv_cell_size, kv_tokens, mem_fraction_for_tokens) on real configs, and their errors."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.filter import kv as kv_filter
-from ansible_collections.llmserve.sglang.plugins.filter import sglang_cli_args as cli_filter
+from ansible_collections.llmserve.sglang.plugins.filter import kv_cell_size as cell_filter
+from ansible_collections.llmserve.sglang.plugins.filter import kv_tokens as tokens_filter
+from ansible_collections.llmserve.sglang.plugins.filter import mem_fraction_for_tokens as fraction_filter
 
 REPO = Path(__file__).resolve().parents[4]
 CONFIGS = REPO / "tests" / "fixtures" / "configs"
-FILTERS = kv_filter.FilterModule().filters()
-kv_cell_size = FILTERS["kv_cell_size"]
-kv_tokens = FILTERS["kv_tokens"]
-mem_fraction_for_tokens = FILTERS["mem_fraction_for_tokens"]
+kv_cell_size = cell_filter.FilterModule().filters()["kv_cell_size"]
+kv_tokens = tokens_filter.FilterModule().filters()["kv_tokens"]
+mem_fraction_for_tokens = fraction_filter.FilterModule().filters()["mem_fraction_for_tokens"]
 
 
 def config(name):
     return json.loads((CONFIGS / name).read_text())
-
-
-def test_filter_names():
-    assert sorted(FILTERS) == ["kv_cell_size", "kv_tokens", "mem_fraction_for_tokens"]
 
 
 def test_kv_cell_size():
@@ -70,19 +64,3 @@ def test_mem_fraction_for_tokens_round_trip():
 def test_errors_are_filter_errors(call, message):
     with pytest.raises(AnsibleFilterError, match=message):
         call()
-
-
-@pytest.mark.parametrize("module,names", [
-    (kv_filter, ["kv_cell_size", "kv_tokens", "mem_fraction_for_tokens"]),
-    (cli_filter, ["sglang_cli_args", "sglang_exec_start"]),
-])
-def test_every_filter_has_sidecar_docs(module, names):
-    assert sorted(module.FilterModule().filters()) == sorted(names)
-    for name in names:
-        doc = yaml.safe_load((REPO / "plugins" / "filter" / (name + ".yml")).read_text())
-        assert set(doc) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}
-        assert doc["DOCUMENTATION"]["name"] == name
-        assert doc["DOCUMENTATION"]["version_added"] == "0.1.0"
-        assert "_input" in doc["DOCUMENTATION"]["options"]
-        assert "_value" in doc["RETURN"]
-        assert "llmserve.sglang." + name in doc["EXAMPLES"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.filter import kv_fingerprint as fp_filter
+from ansible_collections.llmserve.sglang.plugins.filter import kv_fingerprint_diff as fp_filter
 
 
 def test_fingerprint_diff_names_the_changed_keys():

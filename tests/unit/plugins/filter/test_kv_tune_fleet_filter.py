@@ -4,15 +4,14 @@
 """kv_tune_fleet_plan as probe.yml calls it: over hostvars, once."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.filter import kv_tune_classes, kv_tune_fleet
+from ansible_collections.llmserve.sglang.plugins.filter import kv_tune_class_plan as kv_tune_classes
+from ansible_collections.llmserve.sglang.plugins.filter import kv_tune_fleet_plan as kv_tune_fleet
 
-REPO = Path(__file__).resolve().parents[4]
 KEY = "A" * 64
 
 
@@ -42,13 +41,12 @@ def test_hosts_must_be_a_list():
         kv_tune_fleet.kv_tune_fleet_plan(hostvars(), "a1")
 
 
-def test_sidecar_docs():
+def test_docs_name_every_option():
     assert sorted(kv_tune_fleet.FilterModule().filters()) == ["kv_tune_fleet_plan"]
-    doc = yaml.safe_load((REPO / "plugins" / "filter" / "kv_tune_fleet_plan.yml").read_text())
-    assert set(doc) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}
-    assert doc["DOCUMENTATION"]["name"] == "kv_tune_fleet_plan"
-    assert set(doc["DOCUMENTATION"]["options"]) == {"_input", "hosts", "strategy", "force", "probe_var"}
-    assert "llmserve.sglang.kv_tune_fleet_plan" in doc["EXAMPLES"]
+    doc = yaml.safe_load(kv_tune_fleet.DOCUMENTATION)
+    assert doc["name"] == "kv_tune_fleet_plan"
+    assert set(doc["options"]) == {"_input", "hosts", "strategy", "force", "probe_var"}
+    assert "llmserve.sglang.kv_tune_fleet_plan" in kv_tune_fleet.EXAMPLES
 
 
 @pytest.mark.parametrize("force, canaries", [("false", []), ("no", []), (False, []), ("true", ["a1"]), (True, ["a1"])])

@@ -9,7 +9,7 @@ import os
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.filter.paths import FilterModule
+from ansible_collections.llmserve.sglang.plugins.filter.launch_abspath import FilterModule
 
 launch_abspath = FilterModule().filters()["launch_abspath"]
 

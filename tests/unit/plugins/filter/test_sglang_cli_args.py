@@ -14,11 +14,11 @@ import subprocess
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.filter import sglang_cli_args as cli
+from ansible_collections.llmserve.sglang.plugins.filter import sglang_cli_args as cli_args
+from ansible_collections.llmserve.sglang.plugins.filter import sglang_exec_start as exec_start
 
-FILTERS = cli.FilterModule().filters()
-sglang_cli_args = FILTERS["sglang_cli_args"]
-sglang_exec_start = FILTERS["sglang_exec_start"]
+sglang_cli_args = cli_args.FilterModule().filters()["sglang_cli_args"]
+sglang_exec_start = exec_start.FilterModule().filters()["sglang_exec_start"]
 
 
 def test_basic_mapping():

@@ -2,21 +2,19 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """sglang_service_units as tasks/main.yml of the sglang_service role calls it: the role's variables in, one plain
-dict per server out, errors as AnsibleFilterError; its sidecar documentation."""
+dict per server out, errors as AnsibleFilterError; its documentation."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.utils.unsafe_proxy import wrap_var
 
-from ansible_collections.llmserve.sglang.plugins.filter import sglang_units
+from ansible_collections.llmserve.sglang.plugins.filter import sglang_service_units
 
-REPO = Path(__file__).resolve().parents[4]
-UNITS = sglang_units.FilterModule().filters()["sglang_service_units"]
+UNITS = sglang_service_units.FilterModule().filters()["sglang_service_units"]
 COMMAND = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"]
 
 
@@ -60,12 +58,11 @@ def test_errors_are_filter_errors_named_after_the_filter(server_args, variables,
         role_call(server_args, **variables)
 
 
-def test_sidecar_docs():
-    doc = yaml.safe_load((REPO / "plugins" / "filter" / "sglang_service_units.yml").read_text())
-    assert set(doc) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}
-    assert doc["DOCUMENTATION"]["name"] == "sglang_service_units"
+def test_docs_name_every_option():
+    doc = yaml.safe_load(sglang_service_units.DOCUMENTATION)
+    assert doc["name"] == "sglang_service_units"
     # Every keyword the filter takes is documented, and nothing else.
-    options = set(doc["DOCUMENTATION"]["options"]) - {"_input"}
+    options = set(doc["options"]) - {"_input"}
     assert options == set(UNITS.__code__.co_varnames[1:UNITS.__code__.co_argcount])
-    assert "llmserve.sglang.sglang_service_units" in doc["EXAMPLES"]
-    assert set(doc["RETURN"]["_value"]["contains"]) == set(role_call({})[0])
+    assert "llmserve.sglang.sglang_service_units" in sglang_service_units.EXAMPLES
+    assert set(yaml.safe_load(sglang_service_units.RETURN)["_value"]["contains"]) == set(role_call({})[0])
