@@ -72,6 +72,13 @@ def generate(hostvars, api_key: str | None) -> tuple[int, dict]:
 
 # --- sglang role ---------------------------------------------------------------------------------------------
 
+def test_the_host_runs_the_debian_release_of_the_run(host):
+    # make molecule runs this scenario on Debian 12 and again on Debian 13 (SIM_SUITE=trixie: the simulated host's
+    # root filesystem); a host of another release would make the second run prove nothing new.
+    assert host.system_info.distribution == "debian"
+    assert host.system_info.codename == os.environ.get("SIM_SUITE", "bookworm")
+
+
 def test_service_user_is_a_system_account_without_login(host):
     user = host.user("sglang")
     assert user.exists and user.uid < 1000
