@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -266,6 +267,8 @@ def _arguments(argv):
     parser.add_argument("--report-dir", default="fleet_reports",
                         help="where the fleet report and the tuner's reports go (default: fleet_reports)")
     parser.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
+    parser.add_argument("--list-hosts", action="store_true",
+                        help="only list the hosts each play would run on, as ansible-playbook --list-hosts; no table")
     return parser.parse_args(argv)
 
 
@@ -286,7 +289,7 @@ def main(argv=None):
     import ansible_runner
 
     args = _arguments(argv)
-    tty = sys.stdout.isatty() and not args.plain
+    tty = sys.stdout.isatty() and not args.plain and not args.list_hosts
     report_dir = os.path.abspath(args.report_dir)
     extravars = dict(_extravars(args.extra_vars))
     if args.playbook == "tune":
@@ -305,13 +308,16 @@ def main(argv=None):
         stopped.set()
 
     previous = signal.signal(signal.SIGINT, interrupt)
-    cmdline = "--vault-password-file %s" % os.path.abspath(args.vault_password_file) \
-        if args.vault_password_file else None
+    options = (["--vault-password-file", os.path.abspath(args.vault_password_file)] if args.vault_password_file
+               else []) + (["--list-hosts"] if args.list_hosts else [])
+    cmdline = " ".join(shlex.quote(option) for option in options) or None
     private = tempfile.mkdtemp(prefix="llmserve-fleet-")
     # The ansible-playbook installed beside this command (a virtualenv that is not activated) first.
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
     thread, runner = ansible_runner.run_async(
-        private_data_dir=private, playbook=PLAYBOOKS[args.playbook], inventory=os.path.abspath(args.inventory),
+        # ansible-playbook runs where this command runs: the same ansible.cfg, collections and relative paths.
+        private_data_dir=private, project_dir=os.getcwd(), playbook=PLAYBOOKS[args.playbook],
+        inventory=os.path.abspath(args.inventory),
         extravars=extravars, cmdline=cmdline, quiet=True, event_handler=handle, cancel_callback=stopped.is_set,
         envvars={"ANSIBLE_NOCOLOR": "1", "PATH": path})
     said = 0.0
@@ -331,6 +337,10 @@ def main(argv=None):
                 view.changed = []
     finally:
         signal.signal(signal.SIGINT, previous)
+    if args.list_hosts:
+        sys.stdout.write(runner.stdout.read())
+        shutil.rmtree(private, ignore_errors=True)
+        return runner.rc
     now = time.monotonic()
     if tty:
         sys.stdout.write("\x1b[H\x1b[2J" + render_table(view, title, now) + "\n")

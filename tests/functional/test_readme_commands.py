@@ -23,17 +23,17 @@ VAULT = "inventories/prod/vault-password.example.txt"
 FIELD_ROW = "| logged by SGLang | 0.88 | torch.bfloat16 | - | 10.42 | 159,277 |"
 
 
-def readme_commands():
-    """The ansible-playbook commands of README.md: lines of its code blocks (less a trailing comment) and inline
-    code spans."""
+def readme_commands(tool="ansible-playbook"):
+    """The ``tool`` commands of README.md: lines of its code blocks (less a trailing comment) and inline code
+    spans."""
     found, in_block = [], False
     for line in (REPO / "README.md").read_text().splitlines():
         if line.startswith("```"):
             in_block = not in_block
-        elif in_block and line.startswith("ansible-playbook "):
+        elif in_block and line.startswith(tool + " "):
             found.append(line.split("   #")[0].split("  #")[0].strip())
         elif not in_block:
-            found += re.findall(r"`(ansible-playbook [^`]+)`", line)
+            found += re.findall(r"`(%s [^`]+)`" % re.escape(tool), line)
     return found
 
 
@@ -51,6 +51,7 @@ def run(argv, cwd, env, timeout=300):
 def test_the_readme_shows_the_commands_this_test_runs():
     commands = readme_commands()
     assert len(commands) >= 7, commands
+    assert len(readme_commands("llmserve-fleet")) >= 2
     assert sum("inventories/local" in command for command in commands) >= 2, commands
 
 
@@ -78,6 +79,17 @@ def fixture_collections(tmp_path_factory) -> Path:
                     user_environment())
     assert installed.returncode == 0, installed.stdout + installed.stderr
     return where / "collections"
+
+
+@pytest.mark.parametrize("command", readme_commands("llmserve-fleet"))
+def test_a_readme_llmserve_fleet_command_runs_as_written(command):
+    # The example fleet's hosts do not exist: the command is run up to the hosts each play would touch.
+    done = run(shlex.split(command) + ["--list-hosts"], REPO, user_environment())
+    assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+    assert "gpu-r01.example.internal" in done.stdout, done.stdout[-3000:]
+    # the playbook of the collection this checkout's ansible.cfg finds, as ansible-playbook run here would
+    assert "playbook: %s/" % REPO in done.stdout or "playbook: %s/" % os.path.realpath(REPO) in done.stdout \
+        or ".venv/collections/ansible_collections/llmserve/sglang/playbooks/" in done.stdout, done.stdout[:500]
 
 
 def test_the_installed_collection_reports_from_paths_relative_to_where_it_runs(tmp_path, collections):
