@@ -177,18 +177,35 @@ def _cells(row, now):
             "%dm%02ds" % (elapsed // 60, elapsed % 60)]
 
 
-def render_table(view, title, now):
-    """The whole screen: a title line with the counts, then one row per host."""
-    rows = [_cells(view.rows[label], now) for label in sorted(view.rows)]
+def _shown_first(row):
+    """Hosts at work first, then failed ones, then the rest (those that ended well), each in name order."""
+    return (0 if row.phase not in FINAL else 1 if row.phase == "failed" else 2, row.label)
+
+
+def render_table(view, title, now, max_rows=None):
+    """The whole screen: a title line with the counts, then one row per host; with ``max_rows`` (a terminal's
+    height) and more hosts than that, the hosts at work and the failed ones, and a last line that counts the
+    others."""
+    ordered = sorted(view.rows.values(), key=_shown_first) if max_rows else \
+        [view.rows[label] for label in sorted(view.rows)]
+    hidden = ordered[max(1, max_rows - 1):] if max_rows and len(ordered) > max_rows else []
+    shown = ordered[:len(ordered) - len(hidden)]
+    rows = [_cells(row, now) for row in shown]
     widths = [max([len(column)] + [len(cells[i]) for cells in rows]) for i, column in enumerate(COLUMNS)]
     counts = {}
     for row in view.rows.values():
         counts[row.phase] = counts.get(row.phase, 0) + 1
     spent = int(now - view.started)
     tally = ", ".join("%d %s" % (count, phase) for phase, count in sorted(counts.items())) or "starting"
-    lines = ["%s - %d host(s), %s - %dm%02ds" % (title, len(rows), tally, spent // 60, spent % 60),
+    lines = ["%s - %d host(s), %s - %dm%02ds" % (title, len(view.rows), tally, spent // 60, spent % 60),
              "  ".join(column.ljust(widths[i]) for i, column in enumerate(COLUMNS))]
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip() for cells in rows]
+    if hidden:
+        more = {}
+        for row in hidden:
+            more[row.phase] = more.get(row.phase, 0) + 1
+        lines.append("... and %d more: %s" % (len(hidden), ", ".join(
+            "%d %s" % (count, phase) for phase, count in sorted(more.items()))))
     return "\n".join(lines)
 
 
@@ -328,7 +345,9 @@ def main(argv=None):
                 now = time.monotonic()
                 if tty:
                     if view.changed or now - said >= 1.0:
-                        sys.stdout.write("\x1b[H\x1b[2J" + render_table(view, title, now) + "\n")
+                        # A fleet taller than the terminal: the hosts at work and the failed ones, the rest counted.
+                        height = shutil.get_terminal_size().lines - 3
+                        sys.stdout.write("\x1b[H\x1b[2J" + render_table(view, title, now, max(height, 5)) + "\n")
                         sys.stdout.flush()
                         said = now
                 else:

@@ -122,3 +122,17 @@ def test_the_table_the_lines_and_the_report(tmp_path):
 def test_extra_vars_as_ansible_playbook_takes_them():
     assert fleet_view._extravars(["a=1 b=x", '{"kv_tune_serial": "100%"}']) == {
         "a": "1", "b": "x", "kv_tune_serial": "100%"}
+
+
+def test_a_fleet_taller_than_the_terminal_shows_the_hosts_at_work_and_counts_the_rest():
+    clock = Clock()
+    view = fleet_view.FleetView(clock)
+    for number in range(64):
+        view.feed(said("[kv_tune] gpu%02d: %s 0.910" % (number, "pinned" if number % 8 else "under load")))
+    view.feed({"event": "runner_on_unreachable", "event_data": {"host": "gpu63", "res": {"msg": "no route"}}})
+    lines = fleet_view.render_table(view, "t", clock(), max_rows=20).splitlines()
+    assert lines[0].startswith("t - 64 host(s), 1 failed, 55 pinned, 8 under load - ")
+    assert [line.split()[0] for line in lines[2:11]] == ["gpu%02d" % n for n in range(0, 64, 8)] + ["gpu63"]
+    assert len(lines) == 2 + 19 + 1 and lines[-1] == "... and 45 more: 45 pinned"
+    # without a height, every host in name order
+    assert len(fleet_view.render_table(view, "t", clock()).splitlines()) == 66
