@@ -156,8 +156,9 @@ sanity-oldest units-oldest: %-oldest: $(CORE_OLDEST_VENV)/.installed $(CURDIR)/.
 	cd $(word 2,$^) && $(CORE_OLDEST_ENV) ansible-test $* --venv --python $(PY_VER) --color no
 oldest-core: sanity-oldest units-oldest
 
+# Two workers: its tests mostly wait on ansible-playbook processes, and the other lane's molecule on its hosts.
 functional: venv
-	$(BIN)/pytest -q tests/functional
+	$(BIN)/pytest -q -n 2 tests/functional
 
 # The simulator on its own (local processes).
 sim: venv
