@@ -11,6 +11,7 @@ value that SGLang computes from something not stubbed on purpose fails loudly in
 from __future__ import annotations
 
 import ast
+import fcntl
 import subprocess
 import sys
 import zipfile
@@ -48,8 +49,15 @@ class Stub(object):
 
 
 def wheel(version):
-    """The wheel of sglang==version, downloaded once; the test is skipped, saying why, when it cannot be."""
+    """The wheel of sglang==version, downloaded once; the test is skipped, saying why, when it cannot be. One
+    process at a time (make functional runs two workers): another's download in progress is a partial file."""
     WHEELS.mkdir(parents=True, exist_ok=True)
+    with open(WHEELS / ".lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _wheel(version)
+
+
+def _wheel(version):
     found = sorted(WHEELS.glob("sglang-%s-*.whl" % version))
     if found:
         return found[0]
