@@ -60,7 +60,7 @@ class FleetView(object):
 
     def __init__(self, clock=time.monotonic):
         self.clock, self.rows, self.changed = clock, {}, []
-        self.started, self.stats, self.status = clock(), {}, None
+        self.started, self.stats = clock(), {}
 
     def row(self, label):
         if label not in self.rows:
@@ -120,6 +120,8 @@ class FleetView(object):
         if cls:
             self._set(host, cls=("%s %s" % (cls.get("role"), cls.get("class") or "")).strip())
         units = res.get("units") if isinstance(res.get("units"), dict) and len(res["units"]) > 1 else {"": res}
+        if "" not in units:   # a host with several servers: a row each, not one for the host
+            self.rows.pop(host, None)
         for unit, found in units.items():
             status = found.get("status")
             if status not in ("tuned", "unchanged"):

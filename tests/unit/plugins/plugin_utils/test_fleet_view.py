@@ -78,6 +78,7 @@ def test_the_rows_follow_each_host_through_the_run():
 
 def test_a_host_with_several_units_gives_a_row_each_and_unchanged_pins_show_their_value():
     view = fleet_view.FleetView(Clock())
+    view.feed(start("gpu1", "Kv tune | Tune the unit, or keep its pin"))
     view.feed(ok("gpu1", {"status": "tuned", "units": {
         "sglang@a.service": dict(TUNED, label="gpu1 sglang@a"),
         "sglang@b.service": {"status": "unchanged", "label": "gpu1 sglang@b",
