@@ -347,7 +347,9 @@ def set_faults(host: str, **faults) -> None:
     data = json.loads(ssh(host, f"cat {HOST_JSON}"))
     data["faults"] = {key: value for key, value in faults.items() if not key.startswith("_")}
     data.update({key[1:]: value for key, value in faults.items() if key.startswith("_")})
-    ssh(host, f"cat > {HOST_JSON}", stdin=json.dumps(data, indent=2) + "\n")
+    # Whole or not at all: the simulator's nvidia-smi and servers read host.json at any time, and a file rewritten in
+    # place can be read half-written (SimConfigError: not valid JSON), failing a reading that is no fault of the test.
+    ssh(host, f"cat > {HOST_JSON}.new && mv -f {HOST_JSON}.new {HOST_JSON}", stdin=json.dumps(data, indent=2) + "\n")
 
 
 def report(reports: Path, host: str) -> dict:
