@@ -170,6 +170,17 @@ def test_the_oracle_maximum_survives_load_and_one_percent_more_dies_where_memory
     assert parse_startup_log(victims[0].log)["failure"]["kind"] == "nccl_error"
 
 
+def test_nodes_started_seconds_apart_still_meet(make_sim):
+    """systemd restarts a node whose peer died RestartSec (15 s) after, unscaled: nodes restarted out of step must
+    still meet on the fast scale, as they do within torch's 600 s. 8 s apart: longer than the window once was."""
+    sims, flags = _hosts(make_sim), _flags()
+    first = sims[0].start(flags + ["--node-rank", "0"])
+    time.sleep(8)
+    assert first.proc.poll() is None, first.log
+    second = sims[1].start(flags + ["--node-rank", "1"])
+    _ready([first, second])
+
+
 def test_a_missing_node_times_out(make_sim):
     sims, flags = _hosts(make_sim), _flags(dist_timeout=2)
     alone = sims[0].start(flags + ["--node-rank", "0"])

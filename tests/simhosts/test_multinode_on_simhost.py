@@ -317,7 +317,8 @@ def test_the_controller_killed_during_a_two_node_load_reverts_both_nodes_at_once
         assert fact(host)["mem_fraction_static"] == pytest.approx(pinned)
     # The two reverts restart each node by itself: a node that lost its peer meanwhile is restarted by systemd until
     # the server forms again on both. It serves again before the next test's run takes its first look.
-    assert wait_for(lambda: _serves(NODES[0], pinned), 240), "the server did not form again on its pin"
+    assert wait_for(lambda: _serves(NODES[0], pinned), 240), \
+        "the server did not form again on its pin\n" + "\n".join(_unit_story(host) for host in NODES)
     assert seconds < 120
     measured("two-node trial, ansible-playbook killed under the load: both trial drop-ins gone %.0f s later "
              "(revert timers at 1800 s)" % seconds)

@@ -20,7 +20,7 @@ computes the same plan (memory.plan with one host per node): P and A are the MIN
 SGLang's all-reduce makes them. The connections stay open while the server lives: a node that dies (OOM, crash,
 SIGKILL, SIGTERM) closes them, and the others see what NCCL reports when a remote rank exits, then die too. Node 0
 relays for the others (a star), so any node's death ends every node. Every wait is bounded: the rendezvous by
---dist-timeout (default 600 s, torch's for NCCL process groups; 5 s on the fast time scale), a barrier or an
+--dist-timeout (default 600 s, torch's for NCCL process groups; 60 s on the fast time scale), a barrier or an
 activation ack by the same (at most 30 s fast).
 """
 from __future__ import annotations
@@ -35,7 +35,10 @@ from sglang_sim import hostspec
 from sglang_sim.hostspec import SimConfigError
 
 DEFAULT_TIMEOUT_S = 600.0          # torch.distributed: default_pg_nccl_timeout
-FAST_RENDEZVOUS_TIMEOUT_S = 5.0
+# The fast scale shortens SGLang's waits, not systemd's: nodes restarted by Restart=on-failure (RestartSec=15 by
+# default) out of step must still meet, as they do in 600 s. With a window shorter than a restart interval, two
+# nodes whose starts are more than the window apart keep missing each other until their start limit.
+FAST_RENDEZVOUS_TIMEOUT_S = 60.0
 FAST_BARRIER_TIMEOUT_S = 30.0
 
 
