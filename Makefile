@@ -38,12 +38,12 @@ MOLECULE_SCENARIOS ?= nvidia_driver sglang
 # nvidia_driver does not support Debian 13 yet (its CUDA repository and packages): Debian 12 only.
 MOLECULE_SCENARIOS_TRIXIE ?= sglang
 
-.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units sanity-oldest units-oldest oldest-core functional sim simhosts molecule wheelhouse build ee changelog changelog-lint galaxy-importer bench bench-tune clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units sanity-oldest units-oldest oldest-core functional sim simhosts molecule wheelhouse build ee changelog changelog-lint galaxy-importer bench bench-engine bench-prediction bench-convergence bench-fleet bench-quick clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
 	@echo "make test        lint + sanity + units + functional + sim + simhosts + molecule + build (what CI runs)"
-	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | ee | bench | bench-tune | clean"
+	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | ee | bench | bench-quick | clean"
 	@echo "make sanity-oldest | units-oldest   sanity, units on ansible-core 2.19.0 (the oldest meta/runtime.yml claims)"
 	@echo "make galaxy-importer | changelog | changelog-lint   Galaxy's import of the tarball; CHANGELOG.rst"
 	@echo "make sim-up [N=4] [PROFILE=field] | sim-down | sim-status   simulated GPU hosts"
@@ -254,13 +254,21 @@ galaxy-importer: build $(IMPORTER_VENV)/.installed
 	grep -v "^Loading " .tmp/importer/log
 	$(IMPORTER_VENV)/bin/python .ci/galaxy-importer/check_result.py .tmp/importer/log .tmp/importer/importer_result.json
 
-# Measurements quoted in README.md (never asserted in tests).
-bench: venv
-	$(BIN)/python bench/bench_engine.py | tee bench/results.md
+# The benchmarks (bench/; each writes Markdown, JSON and a PNG under bench/results/; never asserted in tests).
+bench: bench-engine bench-prediction bench-convergence bench-fleet
 
-# The tuner end to end on four simulated hosts, and its no-op re-run against ping (root: systemd-nspawn).
-bench-tune: venv wheelhouse
-	$(BIN)/python bench/bench_tune.py | tee bench/results-tune.md
+# The log grammar's and the formula's speed; the formula against every startup log of tests/fixtures/logs.
+bench-engine bench-prediction: bench-%: venv
+	$(BIN)/python bench/bench_$*.py
+
+# The tuner against SGLang's documented procedure and its default on 16 simulated deployments; the fleet's cost on
+# 8 simulated hosts (root: systemd-nspawn).
+bench-convergence bench-fleet: bench-%: venv wheelhouse
+	$(BIN)/python bench/bench_$*.py
+
+# Three deployments of the convergence matrix, in under 10 minutes.
+bench-quick: venv wheelhouse
+	$(BIN)/python bench/bench_convergence.py --quick
 
 clean:
 	rm -rf .tmp tests/output .pytest_cache kv_tune_reports

@@ -1,21 +1,21 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Measure the capacity engine: how fast and in how much memory the log grammar reads a long journal, how fast
-the formula answers, and how close it comes to the #tokens SGLang logged in real startup logs.
+"""Measure the capacity engine: how fast and in how much memory the log grammar reads a long journal, and how
+fast the formula answers (its accuracy: bench_prediction.py).
 
-    .venv/bin/python bench/bench_engine.py            # prints Markdown; `make bench` writes bench/results.md
+    .venv/bin/python bench/bench_engine.py            # `make bench-engine`; writes bench/results/engine.*
 """
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 import tracemalloc
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import benchlib
+
+REPO = benchlib.REPO
 sys.path.insert(0, str(REPO / ".venv" / "collections"))
 
 # pylint: disable=wrong-import-position
@@ -27,14 +27,6 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import
 FIXTURES = REPO / "tests" / "fixtures"
 FIELD_LOG = FIXTURES / "logs" / "field_kimi_k25_rtx6000_tp8_eagle3.log"
 KIMI = json.loads((FIXTURES / "configs" / "kimi-k2.5-int4.json").read_text())
-
-# log, config, SGLang version (see tests/unit/plugins/module_utils/test_real_log_predictions.py)
-PREDICTION_CASES = [
-    ("v058_tp8_kimi_k25_mi355x_capture_crash.log", "kimi-k2.5-int4.json", "0.5.8", "real, MLA TP8, 8x MI355X"),
-    ("classic_tp8_grok2_fp8_h100_ready.log", "grok-2-attention.json", "0.5.2", "real, GQA TP8, 8x H100"),
-    ("field_kimi_k25_rtx6000_tp8_eagle3.log", "kimi-k2.5-int4.json", "0.5.9",
-     "field case (reconstructed), MLA TP8 + EAGLE-3"),
-]
 
 
 def best_of(n, fn):
@@ -77,40 +69,35 @@ def bench_formula() -> dict:
     return {"capacity_us": per_capacity * 1e6, "inverse_us": per_inverse * 1e6}
 
 
-def bench_predictions() -> list:
-    rows = []
-    for log, config, version, what in PREDICTION_CASES:
-        facts = parse_startup_log((FIXTURES / "logs" / log).read_text())
-        args = facts["server_args"]
-        result = capacity(json.loads((FIXTURES / "configs" / config).read_text()), args["mem_fraction_static"],
-                          facts["pre_load_free_gib"], facts["post_load_free_gib"], tp_size=args.get("tp_size") or 1,
-                          kv_cache_dtype=args.get("kv_cache_dtype") or "auto", page_size=args.get("page_size") or 1,
-                          speculative_algorithm=args.get("speculative_algorithm"), sglang_version=version,
-                          observed=facts)
-        rows.append((log, what, result["observed_tokens"], result["predicted_tokens"],
-                     result["prediction_error_pct"]))
-    return rows
+def figure(parses):
+    import matplotlib   # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt   # pylint: disable=import-outside-toplevel
+    fig, axis = plt.subplots(figsize=(6, 3.5))
+    axis.loglog([r["mib"] for r in parses], [r["seconds"] for r in parses], marker="o")
+    axis.set_xlabel("journal MiB (the last of N boots of an 8-rank server)")
+    axis.set_ylabel("seconds to read the last boot")
+    fig.suptitle("Startup-log grammar on long journals")
+    return fig
 
 
 def main() -> None:
-    print("# Capacity engine: measured\n")
-    print("Machine: %s, Python %s, %s. Command: `make bench`.\n"
-          % (platform.machine(), platform.python_version(), platform.platform(terse=True)))
-    print("## Startup-log grammar on a long journal (the last of N boots of an 8-rank server)\n")
-    print("| boots | lines | MiB | seconds (best of 3) | MiB/s | peak Python memory MiB |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for boots in (1, 100, 1000):
-        r = bench_parse(boots)
-        print("| {boots:,} | {lines:,} | {mib:.2f} | {seconds:.4f} | {mib_per_s:.1f} | {peak_mib:.1f} |".format(**r))
-    f = bench_formula()
-    print("\n## Formula\n")
-    print("`capacity()` for the field case: %.1f us a call; `mem_fraction_for_tokens()`: %.1f us a call."
-          % (f["capacity_us"], f["inverse_us"]))
-    print("\n## Prediction against real startup logs\n")
-    print("| log | what | SGLang logged #tokens | formula | error |")
-    print("|---|---|---:|---:|---:|")
-    for log, what, observed, predicted, err in bench_predictions():
-        print("| `%s` | %s | %s | %s | %+.4f%% |" % (log, what, format(observed, ","), format(predicted, ","), err))
+    parses = [bench_parse(boots) for boots in (1, 100, 1000)]
+    formula = bench_formula()
+    text = ["# Capacity engine: measured\n\n",
+            "Machine: %s. Command: `make bench-engine`.\n\n" % benchlib.machine(),
+            "## Startup-log grammar on a long journal (the last of N boots of an 8-rank server)\n\n",
+            benchlib.table(["boots", "lines", "MiB", "seconds (best of 3)", "MiB/s", "peak Python memory MiB"],
+                           [["{boots:,}".format(**r), "{lines:,}".format(**r), "%.2f" % r["mib"],
+                             "%.4f" % r["seconds"], "%.1f" % r["mib_per_s"], "%.1f" % r["peak_mib"]]
+                            for r in parses], "rrrrrr"),
+            "\n## Formula\n\n",
+            "`capacity()` for the field case: %.1f us a call; `mem_fraction_for_tokens()`: %.1f us a call.\n"
+            % (formula["capacity_us"], formula["inverse_us"]),
+            "\nThe formula's predictions against real startup logs: `make bench-prediction` "
+            "(bench/results/prediction.md).\n"]
+    benchlib.save("engine", "".join(text), {"machine": benchlib.machine(), "parse": parses, "formula": formula},
+                  figure(parses))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ ARGUMENT_SPEC = dict(
     stress_duration=dict(type="float", default=120),
     confirm_timeout=dict(type="int"),
     strategy=dict(type="str", default="per_host", choices=list(STRATEGIES)),
-    class_margin_steps=dict(type="int", default=1),
+    class_margin_steps=dict(type="int", default=0),
     class_plan=dict(type="dict"),
     run_id=dict(type="str"),
 )

@@ -299,10 +299,11 @@ class Tuner(object):
 
     def start_line(self):
         if self.verify is not None:
-            return ("%s: verifying %s on %s (%s), its class's value less %d grid step(s), under the load; its own "
-                    "search if it does not hold (at most %d trials)." % (
-                        self.host, self.text(self.verify), self.s["unit"], self.reason, self.s["class_margin_steps"],
-                        self.s["budget"]))
+            margin = self.s["class_margin_steps"]
+            return ("%s: verifying %s on %s (%s), its class's value%s, under the load; its own search if it does "
+                    "not hold (at most %d trials)." % (
+                        self.host, self.text(self.verify), self.s["unit"], self.reason,
+                        " less %d grid step(s)" % margin if margin else "", self.s["budget"]))
         return ("%s: tuning %s (%s) from %s, cap %s, resolution %s, safety %s GiB, at most %d trials."
                 % (self.host, self.s["unit"], self.reason, self.text(self.start), self.s["cap"], self.s["resolution"],
                    self.s["safety_gib"], self.s["budget"]))

@@ -98,10 +98,11 @@ def class_value(entry, canary_outcome=None):
 def verify_value(value, settings):
     """The class's value less the margin, on the grid and at most the cap: what a member runs under the load.
 
-    The margin (kv_tune_class_margin_steps grid steps, one by default) absorbs what differs between hosts of one
+    The margin (kv_tune_class_margin_steps grid steps, none by default) can absorb what differs between hosts of one
     fingerprint without being in it (CUDA context and driver reservations, a few MiB to a few hundred): one step is
-    0.47 GiB per GPU on a 96 GB card and 0.7 GiB on an H200. Anything larger fails the verification, which runs the
-    same load as a search trial; the host then searches on its own."""
+    0.47 GiB per GPU on a 96 GB card and 0.7 GiB on an H200, and costs as many tokens on every member. Without it a
+    member that holds pins the canary's value, what its own search would find; one that does not (the verification
+    runs the same load as a search trial) searches on its own from there."""
     res = settings["resolution"]
     lowered = kv_search.grid_down(value + kv_search.TOLERANCE, res) - settings["class_margin_steps"] * res
     return min(kv_search.grid_down(lowered + kv_search.TOLERANCE, res), kv_search.grid_down(settings["cap"], res))

@@ -388,15 +388,22 @@ class UnitRun(NodeSteps):
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
         verify = None if safe is not None else (yield from self._class_value())
         safe_value = None if safe is None else safe_start(safe["boot"], info["fingerprint"], model, settings)
+        lowest = lower_bound(boot, model, settings["min_tokens"])
         start, source = first_value(self.label, settings, running_value, verify, safe_value,
-                                    default=lambda: safe_start(boot, info["fingerprint"], model, settings))
+                                    default=lambda: safe_start(boot, info["fingerprint"], model, settings),
+                                    lowest=lowest)
+        if settings["start"] is not None and source not in ("kv_tune_start", "class"):
+            yield say("%s: kv_tune_start %s lies below the lowest value that gives %s a pool here (%s, by SGLang's "
+                      "formula from the running server's free memory): not tried; starting from %s"
+                      % (self.label, value_text(settings["start"], settings["resolution"]), settings["unit"],
+                         "%.3f" % lowest, value_text(start, settings["resolution"])))
         if source == "sglang_default":
             yield say("%s: %s runs SGLang's default --mem-fraction-static, which neither its command line nor its "
                       "startup log states: starting from %s, inferred for these GPUs and SGLang %s"
                       % (self.label, settings["unit"], value_text(start, settings["resolution"]),
                          info.get("sglang_version") or "(newest)"))
         return Tuner(self.label, settings, why, running_value, boot, info["fingerprint"], info["fingerprint_hash"],
-                     start, lower_bound=lower_bound(boot, model, settings["min_tokens"]),
+                     start, lower_bound=lowest,
                      invocation_id=self.invocation_id, verify=verify)
 
     def _class_value(self):

@@ -94,7 +94,7 @@ def check_settings(raw):
     settings["strategy"] = str(raw.get("strategy") or "per_host")
     need(settings["strategy"] in STRATEGIES, "kv_tune_strategy must be one of %s (got '%s')."
          % (", ".join(STRATEGIES), settings["strategy"]))
-    settings["class_margin_steps"] = num("class_margin_steps", int) if raw.get("class_margin_steps") is not None else 1
+    settings["class_margin_steps"] = num("class_margin_steps", int) if raw.get("class_margin_steps") is not None else 0
     need(0 <= settings["class_margin_steps"] <= 20,
          "kv_tune_class_margin_steps must be a whole number of grid steps in [0, 20] (got %s)."
          % raw.get("class_margin_steps"))

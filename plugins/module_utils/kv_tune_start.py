@@ -143,14 +143,18 @@ def safe_start(boot, fingerprint, model, settings):
     return min(kv_search.grid_down(start, res), kv_search.grid_down(settings["cap"], res))
 
 
-def first_value(host, settings, running_value, verify=None, safe=None, default=None):
+def first_value(host, settings, running_value, verify=None, safe=None, default=None, lowest=None):
     """Where the search starts, decided here and nowhere else, as ``(value, source)``: the class's value less the
-    margin (``verify``, per_class: source ``class``), else kv_tune_start (``kv_tune_start``), else ``safe`` (the
-    last-known-good value no longer starts: :func:`safe_start`'s, ``safe_start``), else the value the server runs
-    (``running``), else SGLang's own default for these GPUs and this version (``sglang_default``: neither the
-    command line nor the startup log states the value; ``default`` computes it, only then). Raises TuneError when
-    there is none, or it lies above the cap."""
-    for value, source in ((verify, "class"), (settings["start"], "kv_tune_start"), (safe, "safe_start"),
+    margin (``verify``, per_class: source ``class``), else kv_tune_start (``kv_tune_start``) unless it lies below
+    ``lowest`` (the formula's lowest viable value from the running server's P and A: a restart there cannot give a
+    pool, so it is skipped), else ``safe`` (the last-known-good value no longer starts: :func:`safe_start`'s,
+    ``safe_start``), else the value the server runs (``running``), else SGLang's own default for these GPUs and
+    this version (``sglang_default``: neither the command line nor the startup log states the value; ``default``
+    computes it, only then). Raises TuneError when there is none, or it lies above the cap."""
+    start = settings["start"]
+    if start is not None and lowest is not None and start < lowest - kv_search.TOLERANCE:
+        start = None
+    for value, source in ((verify, "class"), (start, "kv_tune_start"), (safe, "safe_start"),
                           (running_value, "running")):
         if value is not None:
             break

@@ -134,7 +134,7 @@ options:
   class_margin_steps:
     description: Grid steps below the class's value that a member verifies.
     type: int
-    default: 1
+    default: 0
   class_plan:
     description: This host's units' parts in their classes (unit -> the P(llmserve.sglang.kv_tune_class_plan#filter)
       entry); the canary's value is read from its registered C(kv_tune_outcome).

@@ -69,6 +69,13 @@ def test_the_oracle_maximum_survives_and_one_percent_more_does_not(make_sim):
     _stress(victim)
     assert victim.wait_exit(30) not in (None, 0)
     assert parse_startup_log(victim.log)["failure"]["kind"] == "runtime_oom"
+    # Without the margin, the largest value that survives is the maximum at 0 GiB, and one step past the largest
+    # value that starts does not start.
+    assert verdict["max_survive_mem_fraction_static"] == best <= verdict["max_start_mem_fraction_static"]
+    beyond = sim.start(simlib.launch_args("field", mem_fraction_static=round(
+        verdict["max_start_mem_fraction_static"] + verdict["resolution"], 3)))
+    assert beyond.wait_exit(30) not in (None, 0)
+    assert parse_startup_log(beyond.log)["failure"]["kind"] == "capture_oom"
 
 
 def test_the_oracle_margin_grows_with_the_safety(make_sim):

@@ -440,11 +440,11 @@ def test_the_value_a_member_verifies(entry, outcome, expected):
 
 
 @pytest.mark.parametrize("value, changes, expected", [
-    (0.91, {}, 0.905),
-    (0.91, {"class_margin_steps": 0}, 0.91),
+    (0.91, {}, 0.91),                          # no margin by default: the canary's own value
+    (0.91, {"class_margin_steps": 1}, 0.905),
     (0.91, {"class_margin_steps": 3}, 0.895),
-    (0.9125, {}, 0.905),                       # an operator's off-grid pin: down to the grid, then the margin
-    (0.9125, {"resolution": 0.0005}, 0.912),
+    (0.9125, {"class_margin_steps": 1}, 0.905),   # an operator's off-grid pin: down to the grid, then the margin
+    (0.9125, {"resolution": 0.0005, "class_margin_steps": 1}, 0.912),
     (0.99, {"cap": 0.95}, 0.95),
 ])
 def test_the_margin_below_the_class_value(value, changes, expected):

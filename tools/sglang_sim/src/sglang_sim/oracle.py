@@ -44,12 +44,16 @@ def search(host, model, draft, args, safety_gib: float, resolution: float, hosts
     given = args.mem_fraction_static
     steps = int(round(1 / resolution))
     digits = max(0, len(("%.10f" % resolution).rstrip("0").split(".")[1]))
-    lowest = highest = None
+    lowest = highest = starts = survives = None
     for step in range(1, steps):
         fraction = round(step * resolution, digits)
         plan = _plan(host, model, draft, args, fraction, hosts)
         if plan.failure is None and lowest is None:
             lowest = (fraction, plan)
+        if plan.failure is None:
+            starts = fraction
+        if plan.survives_stress(0):
+            survives = fraction
         if plan.survives_stress(int(safety_gib * GIB)):
             highest = (fraction, plan)
     result = {
@@ -60,6 +64,9 @@ def search(host, model, draft, args, safety_gib: float, resolution: float, hosts
         "max_kv_tokens": highest[1].replicas[0].tokens if highest else None,
         "min_mem_fraction_static": lowest[0] if lowest else None,
         "min_kv_tokens": lowest[1].replicas[0].tokens if lowest else None,
+        # Without the margin: the largest value that starts at all, and the largest that survives the stress load.
+        "max_start_mem_fraction_static": starts,
+        "max_survive_mem_fraction_static": survives,
     }
     if highest:
         plan = highest[1]

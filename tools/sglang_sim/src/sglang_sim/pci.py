@@ -22,13 +22,15 @@ from sglang_sim.hostspec import SimConfigError
 
 NVIDIA = 0x10DE
 VENDOR_NAMES = {NVIDIA: "NVIDIA Corporation"}
-# pci.ids names (https://pci-ids.ucw.cz) of the devices the shipped profiles have.
+# pci.ids names (https://pci-ids.ucw.cz) of the devices the shipped profiles and the benchmark's hosts have.
 DEVICE_NAMES = {
     (NVIDIA, 0x2330): "GH100 [H100 SXM5 80GB]",
     (NVIDIA, 0x2335): "GH100 [H200 SXM 141GB]",
     (NVIDIA, 0x27B8): "AD104GL [L4]",
     (NVIDIA, 0x2BB5): "GB202GL [RTX PRO 6000 Blackwell Server Edition]",
     (NVIDIA, 0x22A3): "GH100 [H100 NVSwitch]",
+    (NVIDIA, 0x20B2): "GA100 [A100 SXM4 80GB]",
+    (NVIDIA, 0x2901): "GB100 [B200]",
 }
 # Class names of pci.ids (subclass, else the base class).
 CLASS_NAMES = {0x0300: "VGA compatible controller", 0x0302: "3D controller", 0x0680: "Bridge"}
@@ -42,6 +44,8 @@ GPU_DEVICE_IDS = {
     "NVIDIA H200": 0x2335,
     "NVIDIA L4": 0x27B8,
     "NVIDIA RTX PRO 6000 Blackwell Server Edition": 0x2BB5,
+    "NVIDIA A100-SXM4-80GB": 0x20B2,
+    "NVIDIA B200": 0x2901,
 }
 # GPU device id -> the NVSwitch of its HGX baseboard (third-generation NVSwitch on HGX H100/H200).
 NVSWITCH_OF = {0x2330: 0x22A3, 0x2335: 0x22A3}
