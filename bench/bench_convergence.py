@@ -242,12 +242,14 @@ class Bench:
                           "-e", f"bench_out={out}")
         ready = read_results(out, hosts)
         reports = self.out("tune")
+        since = {host: benchlib.ssh(host, "date +%s").strip() for host in hosts}
         log("start '%s': tune_kv.yml on %d hosts" % (start, len(hosts)))
         done = benchlib.playbook(self.inventory, "playbooks/tune_kv.yml", "-f", FORKS, "-l", limit,
                                  "-e", f"kv_tune_report_dir={reports}", "-e", '{"kv_tune_serial": "100%"}',
                                  check=False)
         log("start '%s': tune_kv.yml rc %d in %.0f s" % (start, done.rc, done.seconds))
         (reports / "tune_kv.log").write_text(done.stdout)
+        starts = {host: unit_starts(host, since[host]) for host in hosts}
         soak = self.out("soak")
         benchlib.playbook(self.inventory, "bench/playbooks/soak.yml", "-f", FORKS, "-l", limit,
                           "-e", f"bench_out={soak}", "-e", f"bench_soak_duration={SOAK_SECONDS}")
@@ -261,11 +263,19 @@ class Bench:
             self.rows[host].setdefault("tuner", {})[start] = {
                 "start": self.rows[host]["starts"][start], "started": ready.get(host, {}).get("ready"),
                 "status": report.get("status"), "error": report.get("error"),
-                "restarts": report.get("restarts"), "trials": len(report.get("trials") or []),
+                "restarts": report.get("restarts"), "unit_starts": starts[host],
+                "trials": len(report.get("trials") or []),
                 "trial_values": [(t["text"], t["outcome"]) for t in report.get("trials") or []],
                 "after": after.get("mem_fraction_static"), "tokens": after.get("tokens"),
                 "share": (after.get("tokens") or 0) / oracle["max_kv_tokens"] if oracle["max_kv_tokens"] else None,
                 "soak": soaks.get(host), "seconds": done.seconds}
+
+
+def unit_starts(host, since):
+    """Every start of sglang.service since ``since`` (epoch seconds, the host's clock), from its journal: the tuner's
+    trials, its reverts and settle steps, and systemd's own restarts after a failure."""
+    lines = benchlib.ssh(host, "journalctl -u sglang.service -o cat --no-pager --since @%s" % since).splitlines()
+    return sum(1 for line in lines if line.startswith("Started sglang.service"))
 
 
 def failure_lines(stdout, host):
@@ -292,6 +302,7 @@ def soak_text(soak, held):
 def summary(rows):
     tunes = [t for row in rows for t in row.get("tuner", {}).values()]
     restarts = [t["restarts"] for t in tunes if t["restarts"] is not None]
+    starts = [t["unit_starts"] for t in tunes if t.get("unit_starts") is not None]
     shares = [t["share"] for t in tunes if t["share"] is not None]
     unstable = [t for t in tunes if not (t["soak"] and t["soak"]["held"] and t["soak"]["same_start"])]
     documented = [row["documented"] for row in rows if "documented" in row]
@@ -299,6 +310,8 @@ def summary(rows):
         "tunes": len(tunes), "pinned": sum(1 for t in tunes if t["status"] in ("tuned", "verified")),
         "restarts_median": statistics.median(restarts) if restarts else None,
         "restarts_worst": max(restarts) if restarts else None,
+        "unit_starts_median": statistics.median(starts) if starts else None,
+        "unit_starts_worst": max(starts) if starts else None,
         "share_median": statistics.median(shares) if shares else None, "share_worst": min(shares) if shares else None,
         "unstable_pins": len(unstable),
         "documented_restarts_median": statistics.median([d["restarts"] for d in documented]) if documented else None,
@@ -323,6 +336,8 @@ def markdown(rows, totals, seconds, quick):
                 ["pinned", totals["pinned"], "all"],
                 ["restarts, median", totals["restarts_median"], "1"],
                 ["restarts, worst", totals["restarts_worst"], "<= 3"],
+                ["unit starts during the tune (journal: the tuner's, its reverts, systemd's), median / worst",
+                 "%s / %s" % (totals["unit_starts_median"], totals["unit_starts_worst"]), ""],
                 ["token share, median", pct(totals["share_median"]), ">= 99%"],
                 ["token share, worst", pct(totals["share_worst"]), ">= 98%"],
                 ["unstable pins (soak lost a request or restarted)", totals["unstable_pins"], "0"],
@@ -330,7 +345,8 @@ def markdown(rows, totals, seconds, quick):
                 ["documented procedure: token share, median", pct(totals["documented_share_median"]), ""],
             ], "lrr"),
             "\n## Per deployment\n\n",
-            "Tuner: restarts / trials / share of the oracle's tokens / soak (the least free GPU memory under it), "
+            "Tuner: restarts (unit starts in the journal) / trials / share of the oracle's tokens / soak (the least "
+            "free GPU memory under it), "
             "for each start value (`-`: the deployment has no such value). Documented: restarts to its last "
             "success, its value and share, and its soak: it keeps no margin, so its share can pass 100% of the "
             "oracle's at the tuner's margin while the least free memory under load falls below that margin. "
@@ -351,9 +367,10 @@ def markdown(rows, totals, seconds, quick):
                 continue
             soak = tune["soak"] or {}
             held = soak.get("held") and soak.get("same_start")
-            cells.append("%s: %s -> %s, %s r / %s t, %s, %s" % (
+            cells.append("%s: %s -> %s, %s r (%s s) / %s t, %s, %s" % (
                 tune["start"] if tune["start"] is not None else "default", tune["status"], tune["after"],
-                tune["restarts"], tune["trials"], pct(tune["share"]), soak_text(soak, held)))
+                tune["restarts"], tune.get("unit_starts", "?"), tune["trials"], pct(tune["share"]),
+                soak_text(soak, held)))
         doc = row.get("documented") or {}
         soak = doc.get("soak") or {}
         cells.append("%s r, %s, %s, %s" % (doc.get("restarts"), doc.get("last"), pct(share(doc.get("tokens"), row)),

@@ -199,8 +199,8 @@ def on_paper(first, strategy_rows, load_minutes=(10, 30)):
 def markdown(first, strategy_rows, noops, plans, paper, seconds):
     text = ["# Fleet cost\n\n",
             "Machine: %s. Command: `make bench-fleet` (%d simulated hosts, 8x H100, Llama-3.1-70B TP8; forks %d; "
-            "tune_kv.yml with kv_tune_serial 100%%). Wall time %.0f min.\n\n" % (benchlib.machine(), HOSTS, HOSTS,
-                                                                             seconds / 60),
+            "tune_kv.yml with kv_tune_serial 100%%). Wall time %.0f min.\n\n"
+            % (benchlib.machine(), HOSTS, HOSTS, seconds / 60),
             "## A first tune on N hosts at once\n\n",
             benchlib.table(["hosts", "wall s", "ratio to 1 host", "restarts"],
                            [[row["hosts"], "%.1f" % row["seconds"], "%.2f" % row["ratio"], row["restarts"]]

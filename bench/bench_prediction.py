@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from pathlib import Path
 
 import benchlib
 
@@ -127,9 +126,9 @@ def main():
             "the model's config.\n" % benchlib.machine(),
             "Real, self-consistent public boots predicted: %d of %d logs; |error| median %.4f%%, worst %.4f%% "
             "(targets: <= 0.1%%, <= 0.5%%). Reconstructed logs and logs that contradict their own formula are shown, "
-            "not counted.\n\n" % (totals["real_predicted"], totals["logs"], totals["median_abs_error_pct"],
-                                   totals["worst_abs_error_pct"]),
-            benchlib.table(["log", "kind", "architecture", "era (arithmetic)", "P GiB", "A GiB", "f",
+            "not counted.\n\n"
+            % (totals["real_predicted"], totals["logs"], totals["median_abs_error_pct"], totals["worst_abs_error_pct"]),
+            benchlib.table(["log", "kind", "architecture", "log era (SGLang arithmetic)", "P GiB", "A GiB", "f",
                             "logged #tokens", "predicted", "error"],
                            [[row["log"], row["kind"], row["architecture"], "%s (%s)" % (row["era"], row["version"]),
                              row["p_gib"], row["a_gib"], row["f"], "{:,}".format(row["logged"]),

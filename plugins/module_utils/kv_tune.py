@@ -21,7 +21,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines impo
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import effective_memory
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import TuneError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_trial import (
-    classify_trial, growth, oom_deficit_gib, readback_error)
+    classify_trial, growth, oom_deficit_gib, readback_error, restarted_after_its_oom)
 
 # The trial records written into the host's fact (the report keeps every field).
 FACT_TRIAL_KEYS = ("n", "f", "text", "outcome", "restart", "tokens", "min_free_gib")
@@ -179,7 +179,7 @@ class Tuner(object):
         seen = [(where, (obs.get(key) or {}).get("invocation_id")) for where, key in (
             ("the server that answered is", "ready"), ("the unit now runs", "running"))]
         wrong = ["%s start %s" % (where, value) for where, value in seen if value is not None and value != wanted]
-        if not wrong or wanted is None:
+        if not wrong or wanted is None or restarted_after_its_oom(obs, wanted):
             return None
         return ("this trial started %s, but %s: the host reverted it, or something restarted it, so the measurements "
                 "are not this value's" % (wanted, " and ".join(wrong)))

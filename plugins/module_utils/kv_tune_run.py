@@ -206,9 +206,12 @@ class UnitRun(NodeSteps):
             "watch_units": [self.args["unit"]] + sorted(self.neighbours) if self.gpus else []}, may_fail=True)
         return {"held": False, "failure_reason": stress.get("msg")} if stress.get("failed") else stress
 
-    def _boot(self):
-        """The startup facts of the unit's last start; {} when its log says nothing (rotated out of the journal)."""
+    def _boot(self, invocation_id=None):
+        """The startup facts of the unit's last start, or of the start ``invocation_id`` (a trial's: read even when
+        systemd started the unit again after it died); {} when its log says nothing (rotated out of the journal)."""
         args = {"unit": self.args["unit"]}
+        if invocation_id:
+            args["invocation_id"] = invocation_id
         if self.checkpoint:   # the weights the log reports are checked against the checkpoint's share
             args["checkpoint_bytes"] = self.checkpoint
         boot = yield call("sglang_startup_facts", args, may_fail=True)
@@ -502,7 +505,8 @@ class UnitRun(NodeSteps):
         if started and self.ranks is not None:
             # The other nodes watch their own GPUs the same way, until this node's next step.
             yield from self._tell({"do": "watch_start"}, wait=False)
-        ready = yield self._ready((started or {}).get("invocation_id") or self.invocation_id, gpus=watched)
+        trial_start = (started or {}).get("invocation_id") or self.invocation_id
+        ready = yield self._ready(trial_start, gpus=watched)
         observed = None
         if self.ranks is not None:
             # The other nodes watch their GPUs while this node drives the load (every rank holds its activations).
@@ -511,7 +515,7 @@ class UnitRun(NodeSteps):
         stress = (yield from self._load()) if ready["ready"] else None
         # The last look at the GPUs before the trial is judged (and committed): the neighbours' memory is theirs.
         running = yield self._fingerprint(also_units=sorted(self.neighbours))
-        boot = yield from self._boot()
+        boot = yield from self._boot(trial_start)
         moved = start_findings(ready.get("other_memory_seen"), self.first_other,
                                unlisted_before=self.first_unlisted) if started else []
         moved += start_findings((stress or {}).get("other_memory_seen"), self.first_other, "during the load",

@@ -68,6 +68,18 @@ def growth(boot):
     return (kv + (draft or 0.0)) / kv
 
 
+def restarted_after_its_oom(obs, start):
+    """Whether the trial's start ``start`` answered, died of its own out-of-memory under the load (its own log says
+    so: the observation's boot was read from that start, ``source`` ``... invocation=<start>``), and the unit now runs
+    another start only because systemd's Restart= started it again before the tuner looked. The verdict is that
+    start's; the new start is no measurement of the trial."""
+    boot = obs.get("boot") or {}
+    ready = (obs.get("ready") or {}).get("invocation_id")
+    return bool(start and ready in (None, start) and (obs.get("stress") or {}).get("held") is False
+                and ((boot.get("failure") or {}).get("kind") in OOM_KINDS)
+                and (boot.get("source") or "").endswith("invocation=%s" % start))
+
+
 def readback_error(text, argv_value, log_value):
     """None when the server ran the trial's value; else why not. ``argv_value`` is the --mem-fraction-static on the
     running server's command line (None: not running, or no flag), ``log_value`` the one its startup log printed

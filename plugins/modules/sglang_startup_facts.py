@@ -54,6 +54,13 @@ options:
         C(journalctl -b -u <unit> -o cat --no-pager), and the last start in that journal is described.
       - Mutually exclusive with O(path) and O(text).
     type: str
+  invocation_id:
+    description:
+      - With O(unit), the start to read (its C(InvocationID)) instead of the unit's current one, so that a start that
+        died and was started again by systemd's C(Restart=) is still read, for example the one a trial made.
+      - Nothing is read from other starts, and the module fails when that start's journal is empty.
+    type: str
+    version_added: 1.0.0
   path:
     description:
       - A file that holds the server's log (stdout and stderr of C(sglang.launch_server) or C(sglang serve)).
@@ -355,6 +362,8 @@ tp_size:
   sample: 8
 """
 
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings
@@ -371,17 +380,28 @@ def build_module() -> AnsibleModule:
             path=dict(type="path"),
             text=dict(type="str"),
             checkpoint_bytes=dict(type="int"),
+            invocation_id=dict(type="str"),
         ),
         mutually_exclusive=[("unit", "path", "text")],
         required_one_of=[("unit", "path", "text")],
+        required_by={"invocation_id": "unit"},
         supports_check_mode=True,
     )
 
 
-def read_unit_journal(module: AnsibleModule, unit: str) -> tuple[str, str]:
-    """The journal text of the unit's last start, and a description of where it came from."""
+def read_unit_journal(module: AnsibleModule, unit: str, invocation: str | None = None) -> tuple[str, str]:
+    """The journal text of the unit's last start (or of the start ``invocation``), and where it came from."""
     journalctl = module.get_bin_path("journalctl", required=True)
     systemctl = module.get_bin_path("systemctl")
+    if invocation:
+        if not re.match(r"^[0-9a-f]{32}$", invocation):
+            module.fail_json(msg="invocation_id must be a systemd InvocationID (32 hex digits), got %r" % invocation)
+        rc, out, err = module.run_command(
+            [journalctl, "_SYSTEMD_INVOCATION_ID=%s" % invocation, "-o", "cat", "--no-pager"])
+        if rc != 0 or not out.strip():
+            module.fail_json(msg="no journal for start %s of unit %s: %s" % (
+                invocation, unit, err.strip() or "journalctl returned nothing (rotated out, or another unit's start)"))
+        return out, "unit:%s invocation=%s" % (unit, invocation)
     invocation = ""
     if systemctl:
         rc, out, _err = module.run_command([systemctl, "show", "-p", "InvocationID", "--value", unit])
@@ -413,7 +433,7 @@ def main() -> None:
     module = build_module()
     params = module.params
     if params["unit"]:
-        text, source = read_unit_journal(module, params["unit"])
+        text, source = read_unit_journal(module, params["unit"], params["invocation_id"])
     elif params["path"]:
         text, source = read_file(module, params["path"]), "path:%s" % params["path"]
     else:

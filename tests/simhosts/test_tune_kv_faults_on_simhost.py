@@ -263,6 +263,51 @@ def test_a_crash_with_memory_to_spare_ends_the_search(fleet, tmp_path):
     assert wait_for(lambda: serving(fleet), 60) and running_fraction(HOST) == pytest.approx(before)
 
 
+# --- 7b. a value that died of its own OOM, started again by systemd before the tuner looked ----------------------------
+
+def test_a_running_value_started_again_by_systemd_after_its_oom_is_judged_by_its_own_log(fleet, tmp_path):
+    """Fault: the deployed value dies under the first load (measured in place, with the unit's own Restart=on-failure;
+    a trial's drop-in says Restart=no), and systemd starts it again before the tuner looks (RestartSec=0 here; 15 s
+    by default, which a busy controller can take): the unit runs another start of that value. Before, the trial was
+    `unverified` and the run failed with the host left on the value that dies (the benchmark's llama-70b fp8
+    deployment, deployed at 0.96, bench/results/convergence.md). Now the trial's boot is read from its own start,
+    whose log says runtime OOM, and the search goes on from that verdict."""
+    before = lkg()
+    deployed_dropin = "/etc/systemd/system/sglang.service.d/00-deployed.conf"
+    ssh(HOST, f"rm -f /etc/systemd/system/sglang.service.d/50-kv-tune.conf {FACT} && printf "
+              f"'[Service]\\nEnvironment=\"LLMSERVE_KV_ARGS=--mem-fraction-static 0.95\"\\nRestartSec=0\\n' "
+              f"> {deployed_dropin} && systemctl daemon-reload && systemctl restart sglang.service")
+    assert wait_for(lambda: serving(fleet), 120) and running_fraction(HOST) == pytest.approx(0.95)
+    since = ssh(HOST, "date +%s").strip()
+    try:
+        run = tune(fleet, tmp_path, kv_tune_budget=3)
+    finally:
+        ssh(HOST, f"rm -f {deployed_dropin} && systemctl daemon-reload")
+    result = report(tmp_path, HOST)
+    first = result["trials"][0]
+    assert first["text"] == "0.950" and not first["restart"] and first["outcome"] == "runtime_oom", result["trials"]
+    # The fault happened: systemd started the value that died again by itself, before the tuner's next restart.
+    assert "Scheduled restart job" in ssh(HOST, f"journalctl -u sglang.service --since @{since} -o cat")
+    assert run.status == "successful", run.stdout[-6000:]
+    assert result["after"]["mem_fraction_static"] == pytest.approx(before), result["trials"]
+    assert running_fraction(HOST) == pytest.approx(before) and fact(HOST)["mem_fraction_static"] == pytest.approx(before)
+
+
+def test_a_start_below_the_lowest_viable_value_is_not_restarted_into(fleet, tmp_path):
+    """Bad input that costs restarts: kv_tune_start far below what leaves the field server a pool (the formula's
+    lowest viable value from the running boot's P and A, about 0.78). Before, the tuner restarted into it (a start
+    that cannot give a pool), then measured the deployed value again: 3 restarts where 1 would do. Now it says so and
+    measures the running value in place."""
+    before = lkg()
+    started = invocation(HOST)
+    run = tune(fleet, tmp_path, kv_tune_force=True, kv_tune_start=0.3)
+    assert run.status == "successful", run.stdout[-4000:]
+    assert "kv_tune_start 0.300 lies below the lowest value that gives sglang.service a pool here" in run.stdout
+    result = report(tmp_path, HOST)
+    assert result["trials"][0]["text"] == "%.3f" % before and not result["trials"][0]["restart"], result["trials"]
+    assert result["restarts"] == 0 and invocation(HOST) == started, result["trials"]
+
+
 # --- 8. a broken fact file is moved aside ----------------------------------------------------------------------------
 
 def test_a_corrupted_fact_file_is_moved_aside_and_the_tune_goes_on(fleet, tmp_path):
