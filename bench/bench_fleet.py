@@ -34,7 +34,7 @@ import bench_fleet_plan
 PREFIX = "benchfleet"
 PROFILE = "h100-llama70b"
 HOSTS = 8
-RUNS = 5
+RUNS = 3
 ODD_GIB = 1.5
 CLASSES = 4      # on paper: hardware and model classes in a large fleet
 

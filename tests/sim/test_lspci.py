@@ -130,12 +130,16 @@ def test_what_is_not_simulated_is_refused():
 
 def test_custom_models_and_bad_pci_sections():
     unknown = simlib.profile_host("field")
-    unknown["gpu"]["name"] = "NVIDIA B200"
+    unknown["gpu"]["name"] = "NVIDIA GB300"
     with pytest.raises(hostspec.SimConfigError, match="set pci.gpu_device_id"):
         pci.devices(hostspec.Host(unknown))
-    unknown["pci"] = {"gpu_device_id": "10de:2901"}
+    unknown["pci"] = {"gpu_device_id": "10de:31c2"}
     assert lspci.render(pci.devices(hostspec.Host(unknown)), ["-nn"]).startswith(
-        "18:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:2901] (rev a1)\n")
+        "18:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:31c2] (rev a1)\n")
+    known = simlib.profile_host("field")
+    known["gpu"]["name"] = "NVIDIA B200"   # the convergence benchmark's hosts (bench/bench_convergence.py)
+    assert lspci.render(pci.devices(hostspec.Host(known)), ["-nn"]).startswith(
+        "18:00.0 3D controller [0302]: NVIDIA Corporation GB100 [B200] [10de:2901] (rev a1)\n")
     with pytest.raises(hostspec.SimConfigError, match="no NVSwitch is known"):
         pci.devices(host("field", pci={"nvswitch_count": 2}))
     with pytest.raises(hostspec.SimConfigError, match="unknown pci keys"):
