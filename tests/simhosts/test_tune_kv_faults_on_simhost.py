@@ -293,21 +293,6 @@ def test_a_running_value_started_again_by_systemd_after_its_oom_is_judged_by_its
     assert running_fraction(HOST) == pytest.approx(before) and fact(HOST)["mem_fraction_static"] == pytest.approx(before)
 
 
-def test_a_start_below_the_lowest_viable_value_is_not_restarted_into(fleet, tmp_path):
-    """Bad input that costs restarts: kv_tune_start far below what leaves the field server a pool (the formula's
-    lowest viable value from the running boot's P and A, about 0.78). Before, the tuner restarted into it (a start
-    that cannot give a pool), then measured the deployed value again: 3 restarts where 1 would do. Now it says so and
-    measures the running value in place."""
-    before = lkg()
-    started = invocation(HOST)
-    run = tune(fleet, tmp_path, kv_tune_force=True, kv_tune_start=0.3)
-    assert run.status == "successful", run.stdout[-4000:]
-    assert "kv_tune_start 0.300 lies below the lowest value that gives sglang.service a pool here" in run.stdout
-    result = report(tmp_path, HOST)
-    assert result["trials"][0]["text"] == "%.3f" % before and not result["trials"][0]["restart"], result["trials"]
-    assert result["restarts"] == 0 and invocation(HOST) == started, result["trials"]
-
-
 # --- 8. a broken fact file is moved aside ----------------------------------------------------------------------------
 
 def test_a_corrupted_fact_file_is_moved_aside_and_the_tune_goes_on(fleet, tmp_path):
