@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -115,21 +114,15 @@ def read_results(directory: Path, hosts) -> dict:
 
 
 class Bench:
-    def __init__(self, tmp, inventory, hosts, deployments):
-        self.tmp, self.inventory = tmp, inventory
+    def __init__(self, inventory, hosts, deployments):
+        self.inventory = inventory
         self.rows = {host: {"deployment": d[0], "profile": d[1], "what": d[2]} for host, d in zip(hosts, deployments)}
         self.deployments = dict(zip(hosts, deployments))
         self.group_vars = self._group_vars()
-        self.runs = 0
+        self.out = benchlib.RunDirs("bench-conv-runs-").new
 
     def _group_vars(self):
         return yaml.safe_load((self.inventory / "group_vars" / "sim.yml").read_text())
-
-    def out(self, name):
-        self.runs += 1
-        path = self.tmp / ("%02d-%s" % (self.runs, name))
-        path.mkdir()
-        return path
 
     def host_vars(self, host, value):
         _key, profile, _what, _change, changes = self.deployments[host]
@@ -237,9 +230,7 @@ class Bench:
         out = self.out("reset")
         log("start '%s': every host unpinned and restarted on %s" % (start, ", ".join(
             "%s %s" % (host, self.rows[host]["starts"][start]) for host in hosts)))
-        benchlib.playbook(self.inventory, "bench/playbooks/reset.yml", "-f", FORKS, "-l", limit,
-                          "--tags", "bench,sglang_service", "-e", "sglang_service_ready_check=none",
-                          "-e", f"bench_out={out}")
+        benchlib.reset(self.inventory, hosts, out, FORKS)
         ready = read_results(out, hosts)
         reports = self.out("tune")
         since = {host: benchlib.ssh(host, "date +%s").strip() for host in hosts}
@@ -428,7 +419,7 @@ def main():
     deployments = [d for d in DEPLOYMENTS if not options.quick or d[0] in QUICK]
     started = time.monotonic()
     with benchlib.sim_hosts(PREFIX, [d[1] for d in deployments]) as (_tmp, inventory, hosts):
-        bench = Bench(Path(tempfile.mkdtemp(prefix="bench-conv-runs-")), inventory, hosts, deployments)
+        bench = Bench(inventory, hosts, deployments)
         bench.deploy()
         bench.default_untouched()
         bench.documented()

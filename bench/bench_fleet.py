@@ -22,10 +22,8 @@ import argparse
 import json
 import math
 import statistics
-import tempfile
 import time
 import tracemalloc
-from pathlib import Path
 
 import benchlib
 from benchlib import log
@@ -42,20 +40,11 @@ CLASSES = 4      # on paper: hardware and model classes in a large fleet
 class Fleet:
     def __init__(self, inventory, hosts):
         self.inventory, self.hosts = inventory, hosts
-        self.tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-runs-"))
-        self.count = 0
-
-    def out(self, name):
-        self.count += 1
-        path = self.tmp / ("%02d-%s" % (self.count, name))
-        path.mkdir()
-        return path
+        self.out = benchlib.RunDirs("bench-fleet-runs-").new
 
     def reset(self, hosts):
         """Unpinned, on SGLang's default, serving."""
-        benchlib.playbook(self.inventory, "bench/playbooks/reset.yml", "-f", str(HOSTS), "-l", ",".join(hosts),
-                          "--tags", "bench,sglang_service", "-e", "sglang_service_ready_check=none",
-                          "-e", f"bench_out={self.out('reset')}")
+        benchlib.reset(self.inventory, hosts, self.out("reset"), HOSTS)
 
     def tune(self, hosts, *extra):
         reports = self.out("tune")

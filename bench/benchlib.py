@@ -112,6 +112,26 @@ def sim_hosts(prefix: str, profiles: list):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class RunDirs:
+    """Numbered directories, one per Ansible run of a benchmark (its reports and results), under one temporary one."""
+
+    def __init__(self, prefix: str):
+        self.root, self.count = Path(tempfile.mkdtemp(prefix=prefix)), 0
+
+    def new(self, name: str) -> Path:
+        self.count += 1
+        path = self.root / ("%02d-%s" % (self.count, name))
+        path.mkdir()
+        return path
+
+
+def reset(inventory: Path, hosts: list, out: Path, forks: int) -> None:
+    """bench/playbooks/reset.yml on ``hosts``: unpinned, on the start value of their host_vars, restarted; each
+    host's readiness in ``out``/<host>.json."""
+    playbook(inventory, "bench/playbooks/reset.yml", "-f", str(forks), "-l", ",".join(hosts),
+             "--tags", "bench,sglang_service", "-e", "sglang_service_ready_check=none", "-e", f"bench_out={out}")
+
+
 def write_host_vars(inventory: Path, host: str, variables: dict) -> None:
     (inventory / "host_vars" / f"{host}.yml").write_text(json.dumps(variables, indent=2) + "\n")
 
