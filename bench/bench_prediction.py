@@ -32,6 +32,13 @@ LOGS = {
     "v058_tp8_kimi_k25_mi355x_capture_crash.log": ("real", "MLA", "0.5.8", "0.5.8", "kimi-k2.5-int4.json", {}, None),
     "hybrid_gdn_qwen35_9b_tp2_rtx4090.log": ("real", "hybrid (GDN + full attention)", "0.5.10", "0.5.10-0.5.12",
                                              "qwen3.5-9b.json", {"mem_fraction_static": 0.8, "tp_size": 2}, None),
+    "classic_tp4_qwq32b_l4_ready.log": ("real", "GQA", "0.4.3", "0.4.3.post4 (classic)", "qwq-32b.json", {}, None),
+    "classic_tp1_r1_distill_qwen7b_rtx3090_docker.log": ("real", "GQA", "0.4.2", "0.4.2 (classic, K size only)",
+                                                         "deepseek-r1-distill-qwen-7b.json", {}, None),
+    "classic_tp1_llama31_8b_docs_ci_uncapped.log": ("real", "GQA", "0.4.1", "0.4.1 (classic, K size only)",
+                                                    "llama-3.1-8b.json", {}, None),
+    "classic_tp1_llama32_1b_docs_ci_uncapped.log": ("real", "GQA", "0.3.5", "0.3.5 (no KV line)",
+                                                    "llama-3.2-1b-instruct.json", {}, None),
     "shared_gpu_llama31_8b_lora_docs_ci.log": (
         "real", "GQA + LoRA", "0.5.9", "0.5.9 (current)", "llama-3.1-8b.json", {"max_total_tokens": None}, None),
     "field_kimi_k25_rtx6000_tp8_eagle3.log": ("reconstructed", "MLA + EAGLE-3", "0.5.9", "0.5.9",

@@ -29,6 +29,14 @@ CASES = [
     ("classic_tp8_grok2_fp8_h100_ready.log", "grok-2-attention.json", "0.5.2", 903439, 0.1216, 0.2),
     # The field case (reconstructed from the stated numbers; EAGLE-3, mixin-era 0.5.9 arithmetic), TP8 MLA.
     ("field_kimi_k25_rtx6000_tp8_eagle3.log", "kimi-k2.5-int4.json", "0.5.9", 159277, 0.0107, 0.1),
+    # GQA (QwQ-32B), TP4 on 4x L4, v0.4.3.post4: real, ready, every rank prints the same P and A.
+    ("classic_tp4_qwq32b_l4_ready.log", "qwq-32b.json", "0.4.3", 46611, 0.0193, 0.05),
+    # GQA (DeepSeek-R1-Distill-Qwen-7B), TP1 on an RTX 3090, Feb 2025: the pool only in max_total_num_tokens.
+    ("classic_tp1_r1_distill_qwen7b_rtx3090_docker.log", "deepseek-r1-distill-qwen-7b.json", "0.4.2", 105531, 0.0502,
+     0.1),
+    # GQA at TP1 on SGLang's docs CI before it capped the pool (Jan 2025 and Nov 2024 builds).
+    ("classic_tp1_llama31_8b_docs_ci_uncapped.log", "llama-3.1-8b.json", "0.4.1", 444500, 0.0045, 0.01),
+    ("classic_tp1_llama32_1b_docs_ci_uncapped.log", "llama-3.2-1b-instruct.json", "0.3.5", 2170757, 0.0044, 0.01),
     # GQA at TP1 with an EAGLE-3 draft (SGLang's docs notebook), capped by --max-total-tokens 20480: the cap wins.
     ("classic_tp1_llama31_8b_eagle3_h100.log", "llama-3.1-8b.json", "0.5.5", 20480, 0.0, 0.0),
 ]
