@@ -21,6 +21,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines impo
 )
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import expand_units
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
+    handed_on,
     host_vars_warning,
     pending_hosts,
     registered_outcomes,
@@ -36,6 +37,7 @@ ARGUMENT_SPEC = dict(
     result_var=dict(type="str", default="kv_tune_outcome"),
     pending=dict(type="list", elements="str", default=[]),
     host_vars_dir=dict(type="path", default=""),
+    stats_name=dict(type="str", default="llmserve_kv_tune"),
 )
 
 # Files that podman and docker put in their containers (an execution environment runs in one).
@@ -65,8 +67,9 @@ class ActionModule(ActionBase):
             display.display(row["line"])
         display.display(restarts_line(rows))
         display.display("reports: %s" % args["report_dir"])
-        result = {"changed": changed, "rows": rows, "path": path if rows else None,
-                  "stats": workflow_stats(rows, args["report_dir"], failed_row, restarts=restarts_total(rows))}
+        stats = workflow_stats(rows, args["report_dir"], failed_row, restarts=restarts_total(rows))
+        result = dict(handed_on(args["stats_name"], stats), changed=changed, rows=rows, path=path if rows else None,
+                      stats=stats)
         # Once, after the last batch: pins written to the controller's host_vars that the job will not keep.
         if not any(row["status"] == "not tuned: its batch has not run" for row in rows):
             warning = host_vars_warning(args["host_vars_dir"], os.environ,

@@ -15,6 +15,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.rollout import failed_row, summary_rows
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
+    handed_on,
     pending_hosts,
     registered_outcomes,
     workflow_stats,
@@ -28,6 +29,7 @@ ARGUMENT_SPEC = dict(
     report_dir=dict(type="path", required=True),
     result_var=dict(type="str", default="rollout_outcome"),
     pending=dict(type="list", elements="str", default=[]),
+    stats_name=dict(type="str", default="llmserve_rollout"),
 )
 
 
@@ -45,5 +47,5 @@ class ActionModule(ActionBase):
         for row in rows:
             display.display(row["line"])
         display.display("rollout summary: %s" % path)
-        return {"changed": changed, "rows": rows, "path": path,
-                "stats": workflow_stats(rows, args["report_dir"], failed_row)}
+        stats = workflow_stats(rows, args["report_dir"], failed_row)
+        return dict(handed_on(args["stats_name"], stats), changed=changed, rows=rows, path=path, stats=stats)

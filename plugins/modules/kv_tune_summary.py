@@ -48,6 +48,13 @@ options:
         there cannot persist (inside the job's private data directory, or in an execution environment's container).
     type: path
     default: ""
+  stats_name:
+    description:
+      - The name the summary's C(stats) are handed on as, as M(ansible.builtin.set_stats) would, not per host and
+        replaced by each batch, so that the last one holds every host. ansible-runner returns them as
+        C(artifact_data), and an AWX workflow passes them to its next job. An empty name hands nothing on.
+    type: str
+    default: llmserve_kv_tune
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -91,9 +98,8 @@ rows:
   elements: dict
 stats:
   description:
-    - What the run hands on to the next (give it to M(ansible.builtin.set_stats); ansible-runner returns it as
-      C(artifact_data), an AWX workflow passes it to its next job), with C(hosts) (the rows), C(counts) (rows per
-      status), C(failed) (the hosts that failed, found no stable value, or could not be reached; each stays on its
+    - What the run hands on to the next (as O(stats_name)), with C(hosts) (the rows), C(counts) (rows per status),
+      C(failed) (the hosts that failed, found no stable value, or could not be reached; each stays on its
       last-known-good value), C(restarts) (the restarts the run cost) and C(report_dir).
   returned: always
   type: dict

@@ -39,6 +39,13 @@ options:
     type: list
     elements: str
     default: []
+  stats_name:
+    description:
+      - The name the summary's C(stats) are handed on as, as M(ansible.builtin.set_stats) would, not per host and
+        replaced by each batch, so that the last one holds every host. ansible-runner returns them as
+        C(artifact_data), and an AWX workflow passes them to its next job. An empty name hands nothing on.
+    type: str
+    default: llmserve_rollout
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -77,8 +84,7 @@ rows:
   elements: dict
 stats:
   description:
-    - What the rollout hands on to the next job (give it to M(ansible.builtin.set_stats); ansible-runner returns it
-      as C(artifact_data), an AWX workflow passes it to its next job), with C(hosts) (the rows), C(counts) (rows per
+    - What the rollout hands on to the next job (as O(stats_name)), with C(hosts) (the rows), C(counts) (rows per
       status), C(failed) (the hosts not left upgraded or unchanged) and C(report_dir).
   returned: always
   type: dict

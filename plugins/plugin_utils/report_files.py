@@ -77,6 +77,13 @@ def workflow_stats(rows, report_dir, failed, **more):
                 report_dir=report_dir)
 
 
+def handed_on(name, stats):
+    """The part of an action's result that hands ``stats`` on as ``name``, as ansible.builtin.set_stats does (the
+    strategy takes C(ansible_stats) from any task's result): replaced by each batch, not per host; nothing without a
+    name."""
+    return {"ansible_stats": {"data": {name: stats}, "per_host": False, "aggregate": False}} if name else {}
+
+
 # ansible-runner (and so AWX and Automation Platform, whose jobs it runs) exports the job's artifacts directory.
 RUNNER_ARTIFACTS_ENV = "AWX_ISOLATED_DATA_DIR"
 
