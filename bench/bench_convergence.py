@@ -415,20 +415,29 @@ def figure(rows):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="three deployments (%s)" % "; ".join(QUICK))
+    # To look into one case (not for the published numbers: the results go to a file of their own).
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="only the deployments whose name holds TEXT (repeatable)")
+    parser.add_argument("--start", action="append", default=[], choices=STARTS,
+                        help="only these start values, and neither SGLang's default untouched nor the documented "
+                             "procedure (repeatable)")
     options = parser.parse_args()
-    deployments = [d for d in DEPLOYMENTS if not options.quick or d[0] in QUICK]
+    deployments = [d for d in DEPLOYMENTS if (not options.quick or d[0] in QUICK)
+                   and (not options.only or any(text in d[0] for text in options.only))]
+    partial = bool(options.only or options.start)
     started = time.monotonic()
     with benchlib.sim_hosts(PREFIX, [d[1] for d in deployments]) as (_tmp, inventory, hosts):
         bench = Bench(inventory, hosts, deployments)
         bench.deploy()
-        bench.default_untouched()
-        bench.documented()
-        for start in STARTS:
+        if not options.start:
+            bench.default_untouched()
+            bench.documented()
+        for start in options.start or STARTS:
             bench.tune_from(start)
     rows = [bench.rows[host] for host in hosts]
     totals = summary(rows)
     seconds = time.monotonic() - started
-    name = "convergence-quick" if options.quick else "convergence"
+    name = "convergence-partial" if partial else "convergence-quick" if options.quick else "convergence"
     benchlib.save(name, markdown(rows, totals, seconds, options.quick),
                   {"machine": benchlib.machine(), "seconds": seconds, "summary": totals, "deployments": rows,
                    "settings": {"safety_gib": SAFETY_GIB, "resolution": RESOLUTION, "trial_seconds": TRIAL_SECONDS,
