@@ -238,6 +238,17 @@ def unit_variables(state, names):
     return found, None
 
 
+def process_gone(pid, proc="/proc"):
+    """Whether process ``pid`` has exited: no /proc entry, or a zombie (state Z or X) that its parent has not
+    reaped yet, whose command line reads empty."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
 def process_start_time(pid, proc="/proc"):
     """When process ``pid`` started, in seconds since the epoch (from /proc/<pid>/stat and the boot time)."""
     with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as handle:

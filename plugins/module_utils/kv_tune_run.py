@@ -375,13 +375,18 @@ class UnitRun(NodeSteps):
         """The search's starting point: the running server's boot (or the failed start's), the value it runs, and
         where to start (kv_tune_start.first_value)."""
         settings = self.s
+        if safe is None:
+            ready = yield self._ready(info["invocation_id"])
+            if not ready["ready"]:
+                if ready["reason"] not in ("unit_failed", "unit_restarted") or self.ranks is not None:
+                    raise RunFailed("%s must serve its last-known-good value before it is tuned (%s: %s); nothing "
+                                    "was restarted" % (settings["unit"], ready["reason"], ready["detail"]))
+                # The start the probe found running failed before it served (a value that cannot start, which
+                # systemd restarts in a loop): that start's own log says why, as after a restart of its own.
+                safe = yield from self._after_a_failed_start(info, ready, info["invocation_id"])
         if safe is not None:
             boot, why, self.invocation_id = safe["boot"], safe["why"], None
         else:
-            ready = yield self._ready(info["invocation_id"])
-            if not ready["ready"]:
-                raise RunFailed("%s must serve its last-known-good value before it is tuned (%s: %s); nothing was "
-                                "restarted" % (settings["unit"], ready["reason"], ready["detail"]))
             boot, why, self.invocation_id = (yield from self._boot()), plan["why"], info["invocation_id"]
             if self.ranks is not None:   # the server's P and A: the least of any node's, as it joined
                 boot = kv_multinode.server_boot(boot, self.boots)
@@ -429,10 +434,10 @@ class UnitRun(NodeSteps):
             return None
         return verify_value(value, self.s)
 
-    def _after_a_failed_start(self, info, ready):
-        """The last-known-good value did not come back: tune from a safe start when it ran out of memory, else stop
-        loudly with the unit left as it is."""
-        boot = yield from self._boot()
+    def _after_a_failed_start(self, info, ready, invocation_id=None):
+        """The last-known-good value did not come back (its last start, or the start ``invocation_id``): tune from a
+        safe start when it ran out of memory, else stop loudly with the unit left as it is."""
+        boot = yield from self._boot(invocation_id)
         lkg = (boot.get("server_args") or {}).get("mem_fraction_static", info.get("mem_fraction_static"))
         lkg_text = "?" if lkg is None else str(lkg)
         message = failed_start(boot, self.s["unit"], lkg_text)

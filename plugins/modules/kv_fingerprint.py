@@ -466,6 +466,18 @@ def main() -> None:
         takes_kv_args="$" + kv_pin.KV_ARGS_VARIABLE in (state.get("ExecStart") or ""),
         trial_pending=os.path.lexists(paths["trial"]), revert_timers=timers, lock=fp_reader.read_lock(paths["lock"]),
         pin=pin, pin_error=pin_error, main_pid=pid, invocation_id=state.get("InvocationID") or None)
+    argv, started = None, None
+    if unit_facts["running"]:
+        try:
+            argv = read_argv(pid)
+            started = host_files.process_start_time(pid)
+        except (OSError, ValueError, IndexError, StopIteration) as exc:
+            if not host_files.process_gone(pid):
+                module.fail_json(msg="cannot read the command line of %s (pid %d): %s" % (unit, pid, exc))
+        if host_files.process_gone(pid):
+            # Its main process exited between systemd's answer and these reads (a server that fails as it starts,
+            # in a loop of systemd's restarts): the unit is not running.
+            unit_facts["running"] = False
     if not unit_facts["running"]:
         if module.params["require_running"]:
             module.fail_json(msg="%s is not running (ActiveState=%s, SubState=%s): start it before fingerprinting"
@@ -474,12 +486,6 @@ def main() -> None:
         argv, started = configured_argv(state.get("ExecStart"), state.get("Environment")), None
         if not argv or "--model-path" not in argv:
             module.exit_json(**dict(_NO_FINGERPRINT, **unit_facts))
-    else:
-        try:
-            argv = read_argv(pid)
-            started = host_files.process_start_time(pid)
-        except (OSError, ValueError, IndexError, StopIteration) as exc:
-            module.fail_json(msg="cannot read the command line of %s (pid %d): %s" % (unit, pid, exc))
     try:
         found = describe(module, fp_reader, state, argv, started, pid if unit_facts["running"] else None)
     except Unavailable as exc:

@@ -293,6 +293,33 @@ def test_a_running_value_started_again_by_systemd_after_its_oom_is_judged_by_its
     assert running_fraction(HOST) == pytest.approx(before) and fact(HOST)["mem_fraction_static"] == pytest.approx(before)
 
 
+
+def test_a_value_that_cannot_start_caught_starting_by_the_probe_is_tuned_from_that_start(fleet, tmp_path):
+    """Fault: the deployed value cannot start (its pool does not fit: an OOM as it starts) and systemd starts it
+    again and again; the probe finds one of those starts running (a 500 GB model loads for minutes: here 8 s of
+    loading at that value). Before, the tune failed ("must serve its last-known-good value before it is tuned", or
+    the command line of a process that had just exited could not be read: 3 of 16 hosts of the benchmark's
+    cannot-start run, bench/results/convergence.md). Now the start that failed is read by its own InvocationID and
+    the search begins from a safe value, without a restart onto the value that fails."""
+    before = lkg()
+    deployed_dropin = "/etc/systemd/system/sglang.service.d/00-deployed.conf"
+    set_faults(HOST, slow_start_s=8, from_mem_fraction_static=0.99)
+    ssh(HOST, f"rm -f /etc/systemd/system/sglang.service.d/50-kv-tune.conf {FACT} && printf "
+              f"'[Service]\\nEnvironment=\"LLMSERVE_KV_ARGS=--mem-fraction-static 0.99\"\\n' > {deployed_dropin} "
+              f"&& systemctl daemon-reload && systemctl restart sglang.service")
+    try:
+        run = tune(fleet, tmp_path, kv_tune_budget=3)
+    finally:
+        ssh(HOST, f"rm -f {deployed_dropin} && systemctl daemon-reload")
+        set_faults(HOST)
+    assert run.status == "successful", run.stdout[-6000:]
+    assert "the last-known-good value 0.99 no longer starts (" in run.stdout, run.stdout[-6000:]
+    assert "is not running: starting it on its last-known-good value" not in run.stdout   # no restart onto 0.99
+    result = report(tmp_path, HOST)
+    assert [trial["text"] for trial in result["trials"] if trial["text"] == "0.990"] == [], result["trials"]
+    assert result["after"]["mem_fraction_static"] == pytest.approx(before), result["trials"]
+    assert running_fraction(HOST) == pytest.approx(before) and fact(HOST)["mem_fraction_static"] == pytest.approx(before)
+
 # --- 8. a broken fact file is moved aside ----------------------------------------------------------------------------
 
 def test_a_corrupted_fact_file_is_moved_aside_and_the_tune_goes_on(fleet, tmp_path):

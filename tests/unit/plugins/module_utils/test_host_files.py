@@ -162,3 +162,11 @@ def test_a_symlink_loop_is_refused(root_dir):
     os.symlink("a", os.path.join(model, "b"))
     with pytest.raises(host_files.UntrustedPath, match="too many symlinks"):
         host_files.read_walking(os.path.join(model, "a"))
+
+
+def test_a_process_is_gone_without_its_proc_entry_or_as_a_zombie(tmp_path):
+    for pid, state in ((10, "S"), (11, "R"), (12, "Z"), (13, "X")):
+        (tmp_path / str(pid)).mkdir()
+        # The command may hold spaces and parentheses: the state is the first field after the last ")".
+        (tmp_path / str(pid) / "stat").write_text("%d (python3 (x) y) %s 1 2 3\n" % (pid, state))
+    assert [pid for pid in (10, 11, 12, 13, 14) if host_files.process_gone(pid, proc=str(tmp_path))] == [12, 13, 14]

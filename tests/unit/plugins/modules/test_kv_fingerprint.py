@@ -20,7 +20,7 @@ from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthel
 
 H200 = [{"name": "NVIDIA H200", "memory_total_mib": 143771}]
 EXTRA = ("argv", "config", "pin", "trial_pending", "timers", "lock", "installed_after_start", "writable_venv",
-         "stale_contains", "env_file")
+         "stale_contains", "env_file", "process_gone")
 STARTED = time.time() - 1000
 
 
@@ -83,7 +83,8 @@ def test_kv_fingerprint(case, root_dir):
 
     with mock.patch.object(kv_pin, "paths", paths), \
             mock.patch.object(kv_fingerprint, "read_argv", lambda pid: case["argv"]), \
-            mock.patch.object(host_files, "process_start_time", lambda pid: STARTED):
+            mock.patch.object(host_files, "process_start_time", lambda pid: STARTED), \
+            mock.patch.object(host_files, "process_gone", lambda pid: case.get("process_gone", False)):
         result = uthelper.run_case(kv_fingerprint, {key: case[key] for key in ("id", "input", "output", "mocks")
                                                     if key in case})
     if case.get("env_file"):
