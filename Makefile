@@ -255,7 +255,15 @@ galaxy-importer: build $(IMPORTER_VENV)/.installed
 	$(IMPORTER_VENV)/bin/python .ci/galaxy-importer/check_result.py .tmp/importer/log .tmp/importer/importer_result.json
 
 # The benchmarks (bench/; each writes Markdown, JSON and a PNG under bench/results/; never asserted in tests).
-bench: bench-engine bench-prediction bench-convergence bench-fleet
+# All four, one after the other (nothing else on the machine: they measure time); the whole run's wall time is written
+# to bench/results/make-bench.md.
+bench: venv wheelhouse
+	@started=$$(date +%s); \
+	$(MAKE) --no-print-directory bench-engine bench-prediction bench-convergence bench-fleet || exit 1; \
+	seconds=$$(( $$(date +%s) - started )); \
+	printf '# make bench\n\nWall time %d min %d s on %s (%s cores), at %s.\n' $$((seconds / 60)) $$((seconds % 60)) \
+	  "$$(uname -m)" "$$(nproc)" "$$(git rev-parse --short HEAD 2>/dev/null || echo '?')" > bench/results/make-bench.md; \
+	cat bench/results/make-bench.md
 
 # The log grammar's and the formula's speed; the formula against every startup log of tests/fixtures/logs.
 bench-engine bench-prediction: bench-%: venv

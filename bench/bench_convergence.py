@@ -11,7 +11,8 @@ largest value that starts (an OOM at startup). Then, on every host at once:
 
 1. SGLang's default, untouched: the load on the server as deployed (its pool and whether it holds).
 2. The documented procedure: from the default, raise --mem-fraction-static by 0.01 per restart while the server
-   starts and survives the same load; keep the last success (one more restart back to it).
+   starts and survives the same load; keep the last success (one more restart back to it). Every host at its own
+   pace, in one playbook (bench/playbooks/documented.yml).
 3. For each start value: every host unpinned and restarted on it (a value that cannot start leaves the unit failed),
    then playbooks/tune_kv.yml; restarts, trials, the pinned pool as a share of the oracle's, and a soak of the pin
    (the load for ten trials' worth).
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -170,51 +172,47 @@ class Bench:
                                           "tokens": result["pool_tokens"], "held": result["held"]}
 
     def documented(self):
-        """Every host climbs at once, one documented step per round; a host that failed a step goes back to its
-        last success in the next round (one more restart), then stops."""
-        state = {host: {"last": self.rows[host]["oracle"]["default"], "tokens": self.rows[host]["default"]["tokens"],
-                        "restarts": 0, "steps": [], "back": False, "done": not self.rows[host]["default"]["held"]}
-                 for host in self.rows}
-        step = 0
-        while True:
-            values = {}
-            for host, each in state.items():
-                if each["done"]:
-                    continue
-                if each["back"]:
-                    values[host] = each["last"]
-                else:
-                    value = round(self.rows[host]["oracle"]["default"] + STEP * (len(each["steps"]) + 1), 3)
-                    if value >= 0.99:
-                        each["done"] = True
-                        continue
-                    values[host] = value
-            if not values:
-                break
-            step += 1
-            out = self.out("documented")
-            log("documented procedure, round %d: %s" % (step, ", ".join(
-                "%s %s" % (host, value) for host, value in sorted(values.items()))))
-            (out / "values.json").write_text(json.dumps({"bench_values": values}))
-            benchlib.playbook(self.inventory, "bench/playbooks/documented_step.yml", "-f", FORKS,
-                              "-l", ",".join(sorted(values)), "-e", f"@{out / 'values.json'}",
-                              "-e", f"bench_out={out}")
-            for host, result in read_results(out, values).items():
-                each = state[host]
-                each["restarts"] += 1
+        """SGLang's documented procedure on every host at once, each at its own pace (one playbook, strategy free):
+        from the default, one step up per restart while the server starts and survives the load; after the first
+        failure, back to the last success (one more restart), then stop."""
+        values, start = {}, {}
+        for host, row in self.rows.items():
+            start[host] = row["oracle"]["default"]
+            steps = []
+            while row["default"]["held"]:
+                value = round(start[host] + STEP * (len(steps) + 1), 3)
+                if value >= 0.99:
+                    break
+                steps.append(value)
+            values[host] = steps
+        out = self.out("documented")
+        log("documented procedure: every host from SGLang's default, %s a step, each at its own pace" % STEP)
+        (out / "values.json").write_text(json.dumps({"bench_values": values, "bench_start": start}))
+        benchlib.playbook(self.inventory, "bench/playbooks/documented.yml", "-f", FORKS,
+                          "-e", f"@{out / 'values.json'}", "-e", f"bench_out={out}")
+        for host, row in self.rows.items():
+            each = {"last": start[host], "tokens": row["default"]["tokens"], "restarts": 0, "steps": [],
+                    "back_held": None}
+            for index in range(len(values[host])):
+                path = out / ("%s-step-%02d.json" % (host, index))
+                if not path.exists():
+                    break
+                result = json.loads(path.read_text())
                 ok = result["ready"] and result["held"]
-                if each["back"]:
-                    each["done"], each["back_held"] = True, ok
-                    continue
-                each["steps"].append({"value": values[host], "ok": ok, "tokens": result["pool_tokens"],
+                each["restarts"] += 1
+                each["steps"].append({"value": result["value"], "ok": ok, "tokens": result["pool_tokens"],
                                       "reason": result["reason"]})
-                if ok:
-                    each["last"], each["tokens"] = values[host], result["pool_tokens"]
-                else:
-                    each["back"] = True
-        for host, each in state.items():
-            self.rows[host]["documented"] = {key: each.get(key) for key in (
-                "last", "tokens", "restarts", "steps", "back_held")}
+                if not ok:
+                    break
+                each["last"], each["tokens"] = result["value"], result["pool_tokens"]
+            back = out / ("%s-back.json" % host)
+            if back.exists():
+                result = json.loads(back.read_text())
+                each["restarts"] += 1
+                each["back_held"] = result["ready"] and result["held"]
+            row["documented"] = each
+            log("documented procedure: %s: %d restarts, last success %s" % (
+                row["deployment"], each["restarts"], each["last"]))
         out = self.out("documented-soak")
         log("documented procedure: soaking each host's last success (%d s)" % SOAK_SECONDS)
         benchlib.playbook(self.inventory, "bench/playbooks/soak.yml", "-f", FORKS, "-e", f"bench_out={out}",
@@ -311,8 +309,7 @@ def summary(rows):
     }
 
 
-def markdown(rows, totals, seconds, quick):
-    command = "make bench-quick" if quick else "make bench-convergence"
+def markdown(rows, totals, seconds, command):
     text = ["# Convergence: the tuner, SGLang's documented procedure and SGLang's default\n\n",
             "Machine: %s. Command: `%s` (%d simulated deployments, one host each, all at once; margin %.1f GiB, "
             "grid %.3f, %d s of load per trial, soak %d s). Wall time %.0f min.\n"
@@ -438,7 +435,9 @@ def main():
     totals = summary(rows)
     seconds = time.monotonic() - started
     name = "convergence-partial" if partial else "convergence-quick" if options.quick else "convergence"
-    benchlib.save(name, markdown(rows, totals, seconds, options.quick),
+    command = ("bench/bench_convergence.py " + " ".join(sys.argv[1:]) if partial
+               else "make bench-quick" if options.quick else "make bench-convergence")
+    benchlib.save(name, markdown(rows, totals, seconds, command),
                   {"machine": benchlib.machine(), "seconds": seconds, "summary": totals, "deployments": rows,
                    "settings": {"safety_gib": SAFETY_GIB, "resolution": RESOLUTION, "trial_seconds": TRIAL_SECONDS,
                                 "soak_seconds": SOAK_SECONDS, "documented_step": STEP}},

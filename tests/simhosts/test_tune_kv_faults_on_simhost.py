@@ -293,7 +293,6 @@ def test_a_running_value_started_again_by_systemd_after_its_oom_is_judged_by_its
     assert running_fraction(HOST) == pytest.approx(before) and fact(HOST)["mem_fraction_static"] == pytest.approx(before)
 
 
-
 def test_a_value_that_cannot_start_caught_starting_by_the_probe_is_tuned_from_that_start(fleet, tmp_path):
     """Fault: the deployed value cannot start (its pool does not fit: an OOM as it starts) and systemd starts it
     again and again; the probe finds one of those starts running (a 500 GB model loads for minutes: here 8 s of
@@ -319,6 +318,7 @@ def test_a_value_that_cannot_start_caught_starting_by_the_probe_is_tuned_from_th
     assert [trial["text"] for trial in result["trials"] if trial["text"] == "0.990"] == [], result["trials"]
     assert result["after"]["mem_fraction_static"] == pytest.approx(before), result["trials"]
     assert running_fraction(HOST) == pytest.approx(before) and fact(HOST)["mem_fraction_static"] == pytest.approx(before)
+
 
 # --- 8. a broken fact file is moved aside ----------------------------------------------------------------------------
 

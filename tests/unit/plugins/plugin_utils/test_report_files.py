@@ -44,13 +44,13 @@ def test_workflow_stats_count_the_statuses_and_name_the_failed_hosts():
                      "restarts": 3}
 
 
-
 def test_handed_on_is_what_set_stats_gives_the_strategy():
     stats = {"hosts": [], "counts": {}, "failed": [], "report_dir": "/r"}
     # The shape ansible.builtin.set_stats returns with per_host and aggregate false: one value for the run, replaced.
     assert report_files.handed_on("llmserve_kv_tune", stats) == {
         "ansible_stats": {"data": {"llmserve_kv_tune": stats}, "per_host": False, "aggregate": False}}
     assert not report_files.handed_on("", stats)
+
 
 @pytest.mark.parametrize("environ, cwd, playbook_dir, expected", [
     # ansible-runner (AWX, Automation Platform): the job's artifacts, wherever it was started
