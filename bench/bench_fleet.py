@@ -231,23 +231,41 @@ def markdown(first, strategy_rows, noops, plans, paper, seconds):
     return "".join(text)
 
 
-def figure(first, noops):
+def figure(first, noops, paper):
     import matplotlib   # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt   # pylint: disable=import-outside-toplevel
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 3.5))
     left.plot([row["hosts"] for row in first], [row["ratio"] for row in first], marker="o")
     left.set_xlabel("hosts tuned at once")
     left.set_ylabel("wall time / one host")
     left.set_title("first tune")
     sizes = [row["hosts"] for row in noops]
-    right.plot(sizes, [row["tune_ratio"] for row in noops], marker="o", label="tune_kv.yml")
-    right.plot(sizes, [row["site_ratio"] for row in noops], marker="s", label="site.yml")
-    right.axhline(2, color="black", linewidth=0.5, linestyle=":")
-    right.set_xlabel("hosts")
-    right.set_ylabel("x ansible -m ping")
-    right.set_title("re-run with nothing to do")
-    right.legend()
+    middle.plot(sizes, [row["tune_ratio"] for row in noops], marker="o", label="tune_kv.yml")
+    middle.plot(sizes, [row["site_ratio"] for row in noops], marker="s", label="site.yml")
+    middle.axhline(2, color="black", linewidth=0.5, linestyle=":")
+    middle.axhline(5, color="black", linewidth=0.5, linestyle="--")
+    middle.set_xlabel("hosts")
+    middle.set_ylabel("x ansible -m ping")
+    middle.set_title("re-run with nothing to do (targets 2x, 5x)")
+    middle.legend()
+    for hosts, marker in ((64, "o"), (512, "s")):
+        for load in sorted({row["load_minutes"] for row in paper}):
+            rows = [row for row in paper if row["hosts"] == hosts and row["load_minutes"] == load
+                    and row["strategy"] == "per_host"]
+            right.plot([row["forks"] for row in rows], [row["hours"] for row in rows], marker=marker,
+                       label="%d hosts, %d min load" % (hosts, load))
+    right.set_xticks(sorted({row["forks"] for row in paper}))
+    right.set_yscale("log")
+    right.set_xlabel("forks")
+    per_host = {(row["hosts"], row["load_minutes"], row["forks"]): row["hours"] for row in paper
+                if row["strategy"] == "per_host"}
+    apart = max(abs(row["hours"] - per_host[(row["hosts"], row["load_minutes"], row["forks"])])
+                / per_host[(row["hosts"], row["load_minutes"], row["forks"])]
+                for row in paper if row["strategy"] == "per_class")
+    right.set_ylabel("hours (per_host; per_class within %.0f%%)" % (100 * apart))
+    right.set_title("on paper: first tune of a large fleet")
+    right.legend(fontsize=7)
     return fig
 
 
@@ -274,7 +292,7 @@ def main():
     benchlib.save(name, markdown(first, strategy_rows, noops, plans, paper, seconds),
                   {"machine": benchlib.machine(), "seconds": seconds, "first_tunes": first,
                    "strategies": strategy_rows, "noop_reruns": noops, "planning": plans, "on_paper": paper},
-                  figure(first, noops))
+                  figure(first, noops, paper))
 
 
 if __name__ == "__main__":
