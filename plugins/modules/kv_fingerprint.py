@@ -466,18 +466,19 @@ def main() -> None:
         takes_kv_args="$" + kv_pin.KV_ARGS_VARIABLE in (state.get("ExecStart") or ""),
         trial_pending=os.path.lexists(paths["trial"]), revert_timers=timers, lock=fp_reader.read_lock(paths["lock"]),
         pin=pin, pin_error=pin_error, main_pid=pid, invocation_id=state.get("InvocationID") or None)
-    argv, started = None, None
+    argv, started, unreadable = None, None, None
     if unit_facts["running"]:
         try:
             argv = read_argv(pid)
             started = host_files.process_start_time(pid)
         except (OSError, ValueError, IndexError, StopIteration) as exc:
-            if not host_files.process_gone(pid):
-                module.fail_json(msg="cannot read the command line of %s (pid %d): %s" % (unit, pid, exc))
+            unreadable = exc
         if host_files.process_gone(pid):
             # Its main process exited between systemd's answer and these reads (a server that fails as it starts,
             # in a loop of systemd's restarts): the unit is not running.
             unit_facts["running"] = False
+        elif unreadable is not None:
+            module.fail_json(msg="cannot read the command line of %s (pid %d): %s" % (unit, pid, unreadable))
     if not unit_facts["running"]:
         if module.params["require_running"]:
             module.fail_json(msg="%s is not running (ActiveState=%s, SubState=%s): start it before fingerprinting"

@@ -6,6 +6,7 @@ trial drop-in in a root-owned temporary directory under /run, and the server's c
 the case (the module is the same)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -20,7 +21,7 @@ from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthel
 
 H200 = [{"name": "NVIDIA H200", "memory_total_mib": 143771}]
 EXTRA = ("argv", "config", "pin", "trial_pending", "timers", "lock", "installed_after_start", "writable_venv",
-         "stale_contains", "env_file", "process_gone")
+         "stale_contains", "env_file", "process_gone", "argv_error")
 STARTED = time.time() - 1000
 
 
@@ -41,6 +42,12 @@ def _pinned(case, config_text):
     fp = fingerprint(H200, "580.159.04", "13.0", "0.5.9", args["model_path"], config_text=config_text,
                      server_args=args)
     return fingerprint_hash(fp), fp
+
+
+def _argv(case, _pid):
+    if case.get("argv_error"):
+        raise PermissionError(13, "Permission denied")
+    return case["argv"]
 
 
 @pytest.mark.parametrize("case", uthelper.cases(__file__, extra_keys=EXTRA))
@@ -82,7 +89,7 @@ def test_kv_fingerprint(case, root_dir):
                     lock=os.path.join(base, "unit.lock"))
 
     with mock.patch.object(kv_pin, "paths", paths), \
-            mock.patch.object(kv_fingerprint, "read_argv", lambda pid: case["argv"]), \
+            mock.patch.object(kv_fingerprint, "read_argv", functools.partial(_argv, case)), \
             mock.patch.object(host_files, "process_start_time", lambda pid: STARTED), \
             mock.patch.object(host_files, "process_gone", lambda pid: case.get("process_gone", False)):
         result = uthelper.run_case(kv_fingerprint, {key: case[key] for key in ("id", "input", "output", "mocks")
