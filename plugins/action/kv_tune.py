@@ -52,6 +52,7 @@ ARGUMENT_SPEC = dict(
     class_margin_steps=dict(type="int", default=0),
     class_plan=dict(type="dict"),
     run_id=dict(type="str"),
+    watch=dict(type="dict"),
 )
 # States of kv_trial that may still run once ansible-playbook is gone: they put the host back and let go.
 _CLEAN_UP = ("reverted", "unlocked")

@@ -28,6 +28,33 @@ def unchanged_line(host, unit, pin):
                token_count(pin.get("tokens")), pin.get("time", "?")))
 
 
+def watch_note(watch):
+    """What the headroom watch says of a pin that holds (kv_fingerprint's ``watch``), as a sentence to append; "" without
+    a watch or a verdict."""
+    if not watch:
+        return ""
+    if watch.get("error"):
+        return " The headroom watch cannot be read: %s." % watch["error"]
+    if watch.get("proposal"):
+        return " Proposal: %s." % watch["proposal"]
+    if watch.get("verdict"):
+        return " Under real traffic: %s (%s)." % (watch["verdict"], "; ".join(watch.get("reasons") or []))
+    return ""
+
+
+def watch_summary(watch):
+    """What the fleet summary, the report and set_stats keep of the headroom watch (kv_fingerprint's ``watch``): the
+    verdict, its reasons and numbers, and what it asked for or proposes; None without a watch."""
+    if not watch:
+        return None
+    evidence = watch.get("evidence") or {}
+    keep = ("windows", "full_hours", "least_free_gib", "least_free_full_gib", "margin_gib", "step_gib", "spare_steps",
+            "proposed_value", "lower_to", "retractions", "oom_lines", "token_usage_peak", "others_peak_gib")
+    return {"verdict": watch.get("verdict"), "reasons": watch.get("reasons"), "retune": watch.get("retune"),
+            "proposal": watch.get("proposal"), "pool_tokens": watch.get("pool_tokens"), "error": watch.get("error"),
+            "evidence": {key: evidence[key] for key in keep if key in evidence}}
+
+
 def result_line(result):
     """``host: 0.880 -> 0.910, KV 159,282 -> 202,389 tokens (+27%), 1 restart``."""
     before, after = result["before"], result["after"]
@@ -66,17 +93,21 @@ def summary_rows(outcomes, pending=()):
             pin = res.get("pin") or {}
             rows.append({"host": host, "status": "unchanged", "after": pin.get("mem_fraction_static"),
                          "tokens_after": pin.get("tokens"), "restarts": 0, "tuned_at": pin.get("time"),
-                         "line": "%s: unchanged, keeps %s (%s KV tokens) pinned %s"
+                         "watch": res.get("watch"),
+                         "line": "%s: unchanged, keeps %s (%s KV tokens) pinned %s%s"
                                  % (host, fraction_text(pin.get("mem_fraction_static"),
                                                         (pin.get("settings") or {}).get("resolution"), pin.get("text")),
-                                    token_count(pin.get("tokens")), pin.get("time", "?"))})
+                                    token_count(pin.get("tokens")), pin.get("time", "?"),
+                                    _watch_words(res.get("watch")))})
         elif status in ("tuned", "no_stable_value", "failed") and res.get("result"):
             result = res["result"]
             verify = result.get("verify")
             rows.append({"host": host, "status": status, "before": result["before"]["mem_fraction_static"],
                          "after": result["after"]["mem_fraction_static"], "tokens_before": result["before"]["tokens"],
                          "tokens_after": result["after"]["tokens"], "restarts": result["restarts"],
-                         "tuned_at": result["time"], "line": result_line(result),
+                         "tuned_at": result["time"], "watch": res.get("watch"),
+                         "line": result_line(result) + ("; why: %s" % res["why"] if (res.get("watch") or {}).get("retune")
+                                                        and res.get("why") == res["watch"]["retune"] else ""),
                          "search": "search" if verify is None else "verified" if verify["held"] else "fallback"})
         elif status in ("reset", "would_reset"):
             rows.append({"host": host, "status": status, "line": res.get("line")})
@@ -89,6 +120,16 @@ def summary_rows(outcomes, pending=()):
                          "error": why, "line": "%s: NOT TUNED (%s; left on its last-known-good value)"
                                                % (host, why or "failed or unreachable")})
     return rows
+
+
+def _watch_words(watch):
+    """``; under real traffic: headroom (proposal: ...)`` for a summary row, "" without a watch verdict."""
+    if not watch or not (watch.get("verdict") or watch.get("error")):
+        return ""
+    if watch.get("error"):
+        return "; the headroom watch cannot be read"
+    return "; under real traffic: %s%s" % (watch["verdict"],
+                                           " (proposal: %s)" % watch["proposal"] if watch.get("proposal") else "")
 
 
 def restarts_line(rows):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_base, kv_defaults, kv_pin, kv_search
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import fingerprint_diff
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import fraction_text, unchanged_line
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import fraction_text, unchanged_line, watch_note
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import lower_bound
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import TuneError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_trial import OOM_KINDS
@@ -18,9 +18,9 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_trial impo
 BALANCE = 0.9
 
 
-def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False, pin_error=None):
-    """Why the unit must be tuned, or None when its pin still holds: same fingerprint hash and the server runs the
-    pinned value."""
+def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False, pin_error=None, watch=None):
+    """Why the unit must be tuned, or None when its pin still holds: same fingerprint hash, the server runs the
+    pinned value, and the headroom watch (``watch``, kv_watch.decision's, when the unit has one) asks for nothing."""
     if force:
         return "kv_tune_force"
     if pin_error:
@@ -33,7 +33,7 @@ def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False
     pinned = pin.get("mem_fraction_static")
     if pinned is None or running_value is None or not kv_search.same_value(pinned, running_value):
         return "the server runs %s, not the pinned %s" % (running_value, pinned)
-    return None
+    return (watch or {}).get("retune")
 
 
 def gpu_imbalance(gpu_memory):
@@ -104,9 +104,10 @@ def plan_start(info, host, unit, force=False, check_mode=False, run_id=None, oth
                     "line": "%s: %s: %s; check mode changes nothing." % (host, unit, first["why"])}
         return first
     reason = retune_reason(info["pin"], info["fingerprint"], info["fingerprint_hash"], info["mem_fraction_static"],
-                           force, info.get("pin_error")) or others
+                           force, info.get("pin_error"), info.get("watch")) or others
     if reason is None:
-        return {"do": "report", "status": "unchanged", "why": None, "line": unchanged_line(host, unit, info["pin"])}
+        return {"do": "report", "status": "unchanged", "why": None,
+                "line": unchanged_line(host, unit, info["pin"]) + watch_note(info.get("watch"))}
     imbalance = gpu_imbalance(info.get("gpu_memory"))
     if imbalance and not check_mode:
         return {"do": "refuse", "msg": "%s would be tuned (%s), but %s." % (unit, reason, imbalance)}

@@ -74,6 +74,43 @@ options:
     type: list
     elements: str
     default: []
+  watch:
+    description:
+      - Read the headroom watch of the unit (its state file, written by C(llmserve-kv-watch-<unit>.service)) and
+        judge the windows since the pin (as M(llmserve.sglang.kv_watch_facts) does). RV(watch) has the verdict, and
+        RV(retune_reason) names a near miss with memory to free, a pool smaller than the verified one, or (with
+        C(action=act)) headroom.
+      - Omitted, the watch is not read.
+    type: dict
+    suboptions:
+      action:
+        description: V(propose) reports headroom as a proposal; V(act) makes it a reason to search from the pin.
+        type: str
+        choices: [propose, act]
+        default: propose
+      full_usage:
+        description: The token usage from which the pool counts as full (a band of the watch, V(0.5) to V(0.95)).
+        type: float
+        default: 0.9
+      headroom_hours:
+        description: Hours at a full pool before the windows are judged for headroom.
+        type: float
+        default: 24
+      headroom_steps:
+        description: Steps over the margin that are still V(ok).
+        type: int
+        default: 2
+      storm_retractions:
+        description: Requests retracted in one window that make a retraction storm.
+        type: int
+        default: 20
+      pool_tolerance:
+        description: How much smaller than the verified pool (a share) the running pool may be before it is a reason.
+        type: float
+        default: 0.02
+      state_path:
+        description: The watch's state file; the default is the one the role's watch of O(unit) writes.
+        type: path
 extends_documentation_fragment:
   - llmserve.sglang.gpu_probe
 seealso:
@@ -176,6 +213,17 @@ pin:
   returned: success
   type: dict
   sample: {"mem_fraction_static": 0.91, "tokens": 202389, "fingerprint_hash": "5d41...", "time": "2026-11-30T10:00:00Z"}
+watch:
+  description:
+    - With O(watch), what the headroom watch says - verdict, reasons and evidence (as
+      M(llmserve.sglang.kv_watch_facts) returns them), windows (since the pin), bad_lines, pool_tokens (the running
+      start's pool as its /metrics gives it, V(null) when unknown), retune (the reason it gives, or V(null)),
+      lower_to (the value a near miss is verified at), proposal (what it would do with O(watch.action=act)), and error
+      (why it could not be read).
+    - V(null) without O(watch), without a pin, or when the unit has no watch's state file.
+  returned: success
+  type: dict
+  sample: {"verdict": "ok", "windows": 288, "pool_tokens": 202389, "retune": null, "proposal": null}
 retune_reason:
   description:
     - "Why the unit must be tuned (V(never tuned), V(fingerprint changed: versions.driver), ...); V(null) when the
@@ -269,7 +317,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust, host_files, kv_pin, server_args as sa
+from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust, host_files, kv_pin, kv_watch, server_args as sa
 from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import FingerprintError, fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import control_group
@@ -442,6 +490,14 @@ def main() -> None:
             fact_path=dict(type="path", default=kv_pin.FACT_PATH),
             require_running=dict(type="bool", default=True),
             also_units=dict(type="list", elements="str", default=[]),
+            watch=dict(type="dict", options=dict(
+                action=dict(type="str", choices=list(kv_watch.WATCH_ACTIONS), default="propose"),
+                full_usage=dict(type="float", default=kv_watch.FULL_USAGE),
+                headroom_hours=dict(type="float", default=24.0),
+                headroom_steps=dict(type="int", default=2),
+                storm_retractions=dict(type="int", default=20),
+                pool_tolerance=dict(type="float", default=kv_watch.POOL_TOLERANCE),
+                state_path=dict(type="path"))),
             nvidia_smi=dict(type="path"),
             prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
         ),
@@ -493,9 +549,33 @@ def main() -> None:
         if unit_facts["running"]:
             module.fail_json(msg=str(exc))
         module.exit_json(fingerprint_error=str(exc), **dict(_NO_FINGERPRINT, **unit_facts))
+    watch = read_watch(module.params["watch"], unit, pin, unit_facts["invocation_id"])
     module.exit_json(retune_reason=retune_reason(pin, found["fingerprint"], found["fingerprint_hash"],
-                                                 found["mem_fraction_static"]),
-                     source="process" if unit_facts["running"] else "unit", **dict(found, **unit_facts))
+                                                 found["mem_fraction_static"], watch=watch),
+                     source="process" if unit_facts["running"] else "unit", watch=watch, **dict(found, **unit_facts))
+
+
+def read_watch(params, unit, pin, invocation_id):
+    """The headroom watch's verdict on ``pin`` and what it asks of the tuner (kv_watch.decision), None when not asked
+    for, without a pin or without a state file; a state file that cannot be read is an error in the result, not a
+    failure (the pin's other checks stand)."""
+    if not params or not pin:
+        return None
+    path = params["state_path"] or kv_watch.state_path(unit)
+    if not os.path.lexists(path):
+        return None
+    try:
+        records, bad = kv_watch.read_records(path)
+        result = kv_watch.verdict(pin, records, full_usage=params["full_usage"],
+                                  headroom_hours=params["headroom_hours"], headroom_steps=params["headroom_steps"],
+                                  storm_retractions=params["storm_retractions"])
+    except kv_watch.WatchError as exc:
+        return {"error": str(exc), "retune": None, "proposal": None, "verdict": None}
+    pool = kv_watch.current_pool(records, invocation_id, time.time())
+    out = dict(result, windows=result["evidence"]["windows"], bad_lines=bad[:20], pool_tokens=pool, path=path,
+               error=None)
+    out.update(kv_watch.decision(result, pin, params["action"], pool, params["pool_tolerance"]))
+    return out
 
 
 def describe(module, fp_reader, state, argv, started, pid):

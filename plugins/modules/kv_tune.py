@@ -139,6 +139,16 @@ options:
     description: This host's units' parts in their classes (unit -> the P(llmserve.sglang.kv_tune_class_plan#filter)
       entry); the canary's value is read from its registered C(kv_tune_outcome).
     type: dict
+  watch:
+    description:
+      - "Read each unit's headroom watch (role llmserve.sglang.sglang_service with C(sglang_service_kv_watch)) and act
+        on it, with these settings, the suboptions of O(llmserve.sglang.kv_fingerprint#module:watch): C(action),
+        C(full_usage), C(headroom_hours), C(headroom_steps), C(storm_retractions), C(pool_tolerance)."
+      - A near miss with memory to free is tuned again from the pin less the missing memory (C(start) and C(cap) that
+        value for that unit), verified under the load; a pool smaller than the verified one is tuned again as usual;
+        headroom is a proposal in the unit's line, or with C(action=act) a search from the pin.
+      - Omitted, the watch is not read.
+    type: dict
   run_id:
     description:
       - The run (8 lower-case hex digits) that holds the units' tuning locks already (C(playbooks/rollout.yml) takes

@@ -4,10 +4,14 @@
 """Under load: the KV pool fills, activations grow, too high a --mem-fraction-static dies; the oracle agrees."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
+import pytest
 import simlib
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_watch
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import probe_nvidia_smi
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
@@ -143,3 +147,60 @@ def test_servers_sharing_a_gpu_take_their_activations_from_the_same_memory(make_
     assert dead, both
     for server in dead:
         assert parse_startup_log(server.log)["failure"]["kind"] == "runtime_oom", server.log
+
+
+def test_metrics_are_what_the_headroom_watch_reads_and_follow_the_load(make_sim):
+    sim = make_sim("field")
+    server = sim.start(simlib.launch_args("field") + ["--enable-metrics"])
+    assert server.wait_ready(), server.log
+    idle = kv_watch.parse_metrics(simlib.request(server.url + "/metrics")[1])
+    assert idle["token_usage"] == 0 and idle["pool_tokens"] > 159000 and idle["retracted"] == 0
+    seen = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            seen.append(kv_watch.parse_metrics(simlib.request(server.url + "/metrics")[1])["token_usage"])
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    # Production-like traffic (mixed lengths; bursts that ask for 1.2 times the pool: some wait), not the stress load.
+    done_traffic = sim.run("sglang_sim.traffic", ["--url", server.url, "--seconds", "4", "--seed", "1", "--fill", "1.2",
+                                                  "--burst-every", "2"], timeout=120)
+    done.set()
+    assert done_traffic.returncode == 0, done_traffic.stderr
+    result = json.loads(done_traffic.stdout)
+    watcher.join(5)
+    assert result["statuses"] == {"200": result["sent"]} and result["sent"] > 10, result
+    # The simulator reserves each request's whole output (SGLang a fraction of it, retracting when it runs short), so
+    # mixed traffic holds its pool at 0.8 to 0.9 rather than above.
+    assert max(seen) > 0.8, max(seen)
+    # A proxy's error page instead of the metrics (faults.metrics_garbage, read at each request): the watch's
+    # parser says so rather than reading numbers out of it.
+    with open(sim.host_path, encoding="utf-8") as handle:
+        host = json.load(handle)
+    host.setdefault("faults", {})["metrics_garbage"] = True
+    with open(sim.host_path, "w", encoding="utf-8") as handle:
+        json.dump(host, handle)
+    status, text = simlib.request(server.url + "/metrics")
+    assert status == 200
+    with pytest.raises(kv_watch.MetricsError, match="not in Prometheus. text format"):
+        kv_watch.parse_metrics(text)
+
+
+def test_input_logprobs_take_memory_a_stress_load_never_does(make_sim):
+    """A prefill that returns the prompt's logprobs holds [tokens, vocab] float32 logits: in a full chunk (8,192 tokens,
+    the stress load's largest batch), 1,024 tokens of a 163,840-word vocabulary take 0.63 GiB more."""
+    sim = make_sim("field")
+    server = sim.start(simlib.launch_args("field"))
+    assert server.wait_ready(), server.log
+    assert _stress(server) == [200] * STRESS["count"]
+    time.sleep(0.3)
+    stressed = min(gpu["memory_free_bytes"] for gpu in probe_nvidia_smi(sim.smi_runner())["gpus"])
+    body = {"input_ids": [7] * 8192, "sampling_params": {"max_new_tokens": 4}, "return_logprob": True,
+            "logprob_start_len": 8192 - 1024}
+    assert simlib.request(server.url + "/generate", body)[0] == 200
+    time.sleep(0.3)
+    after = min(gpu["memory_free_bytes"] for gpu in probe_nvidia_smi(sim.smi_runner())["gpus"])
+    assert stressed - after == pytest.approx(1024 * 163840 * 4 * 1.0, rel=0.1), (stressed - after) / simlib.GIB

@@ -25,7 +25,7 @@ FILE_SECONDS = {
     "test_tune_kv_faults_on_simhost.py": 515, "test_rollout_on_simhost.py": 321, "test_tune_kv_on_simhost.py": 284,
     "test_units_on_simhost.py": 254, "test_fleet_on_simhost.py": 154, "test_multinode_on_simhost.py": 151,
     "test_site_on_simhost.py": 111, "test_hybrid_on_simhost.py": 102, "test_simhosts.py": 22,
-    "test_collection_on_simhost.py": 18,
+    "test_collection_on_simhost.py": 18, "test_kv_watch_on_simhost.py": 140,
 }
 
 

@@ -172,11 +172,11 @@ def locked(host: str) -> bool:
 
 
 def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb):
-    # A search of the canary in progress (forced; the load at the running value and one trial's, 40 s each, hold
+    # A search of the canary in progress (forced; the load at the running value and one trial's, 25 s each, hold
     # the lock long enough for the rollout to reach it): the rollout leaves that host as it is.
     (tmp_path / "tune").mkdir()
     tuning = controller(fleet, tmp_path / "tune", kv_tune_hosts=CANARY, kv_tune_force=True, kv_tune_budget=1,
-                        kv_tune_stress_duration=40)
+                        kv_tune_stress_duration=25)
     try:
         assert wait_for(lambda: locked(CANARY), 180), (tmp_path / "tune" / "controller.log").read_text()[-5000:]
         run = rollout(fleet, tmp_path / "during-tune", lb, sglang_version="0.5.10", rollout_hosts=CANARY)
@@ -190,16 +190,16 @@ def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb
         if tuning.poll() is None:
             os.killpg(tuning.pid, signal.SIGTERM)
     assert not locked(CANARY)
-    # While each 40 s load ran, the tuner said where it was, and again 20 s into it (kv_progress, from the action's
+    # While each 25 s load ran, the tuner said where it was, and again 20 s into it (kv_progress, from the action's
     # worker while kv_stress ran on the host).
     log = (tmp_path / "tune" / "controller.log").read_text()
-    assert re.search(r"\[kv_tune\] %s: under load [0-9.]+ \(2[0-9]/40 s\)" % re.escape(CANARY), log), log[-5000:]
+    assert re.search(r"\[kv_tune\] %s: under load [0-9.]+ \(2[0-4]/25 s\)" % re.escape(CANARY), log), log[-5000:]
 
-    # A rollout in the canary's drain hook (it waits 30 s there): a tune of the unit refuses, naming the rollout,
+    # A rollout in the canary's drain hook (it waits 20 s there): a tune of the unit refuses, naming the rollout,
     # and restarts nothing; the rollout then goes on.
     done = {}
     rolling = threading.Thread(target=lambda: done.update(run=rollout(
-        fleet, tmp_path / "rollout", lb, sglang_version="0.5.10", rollout_hosts=CANARY, example_lb_drain_seconds=30)))
+        fleet, tmp_path / "rollout", lb, sglang_version="0.5.10", rollout_hosts=CANARY, example_lb_drain_seconds=20)))
     rolling.start()
     try:
         assert wait_for(lambda: (CANARY, "drain") in lb.calls, 180), lb.calls

@@ -41,7 +41,9 @@ DEFAULT_INVENTORY = REPO / "inventories" / "sim" / "hosts.yml"
 
 # What the hosts carry. Changing the list (or LAYOUT) changes the cache key, so the next `up` builds a new tree.
 PACKAGES = ("python3", "python3-venv", "python3-pip", "systemd", "systemd-sysv", "dbus", "openssh-server",
-            "iproute2", "procps", "sudo", "acl", "ca-certificates", "python3-apt")
+            "iproute2", "procps", "sudo", "acl", "ca-certificates", "python3-apt",
+            # The headroom watch reads /metrics with it (role sglang_service, sglang_service_kv_watch).
+            "python3-prometheus-client")
 LAYOUT = "4"  # bump when customize_rootfs() changes
 # Controller commands and the Debian packages that provide them.
 CONTROLLER_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "ssh": "openssh-client",

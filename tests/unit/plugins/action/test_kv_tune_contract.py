@@ -36,8 +36,14 @@ ROLE_ONLY = {
     "kv_tune_host_vars_dir": "the report task on the controller",
     "kv_tune_class": "set by the probe from the fleet's plan; main.yml gives its `units` as the action's class_plan",
 }
+# The headroom watch's options reach the action as one dict, its option watch (roles/kv_tune/vars/main.yml).
+ROLE_ONLY.update({name: "the action's watch dict (__kv_tune_watch in roles/kv_tune/vars/main.yml)" for name in (
+    "kv_tune_watch", "kv_tune_watch_action", "kv_tune_watch_full_usage", "kv_tune_watch_headroom_hours",
+    "kv_tune_watch_headroom_steps", "kv_tune_watch_storm_retractions", "kv_tune_watch_pool_tolerance")})
 # The role option of the action's options that are not kv_tune_<name>.
 RENAMED = {"class_plan": "kv_tune_class"}
+# Action options no single role option gives: the role composes them from several.
+COMPOSED = {"watch": "__kv_tune_watch (roles/kv_tune/vars/main.yml) from kv_tune_watch_*, omitted without kv_tune_watch"}
 # Role defaults that are templates (they read other roles' variables), with what they must give when those are
 # unset: the action's own default. None: no action default to compare with (the reason says why).
 TEMPLATED = {
@@ -66,9 +72,11 @@ TASK_ARGS = {
         "api_key": "{{ kv_tune_api_key | default(omit, true) }}",     # an empty key is no key
         "class_plan": "{{ kv_tune_class.units | default(omit) }}",    # this host's units' parts in their classes
         "run_id": "{{ kv_tune_run_id | default(omit, true) }}",       # null: a run of its own
+        "watch": "{{ __kv_tune_watch if kv_tune_watch else omit }}",  # the watch's settings, or not read
     },
     "probe.yml": {
         "api_key": "{{ kv_tune_api_key | default(omit, true) }}",
+        "watch": "{{ __kv_tune_watch if kv_tune_watch else omit }}",
     },
 }
 # Action options the tasks do not pass: unit reaches the action as kv_tune_units' default; the probe runs before
@@ -104,7 +112,7 @@ def role_option(action_option):
 
 def mapped():
     """(role option, action option) for every role option the action takes."""
-    return [(role_option(name), name) for name in sorted(ARGUMENT_SPEC)]
+    return [(role_option(name), name) for name in sorted(ARGUMENT_SPEC) if name not in COMPOSED]
 
 
 def kv_tune_task(file_name):
@@ -126,11 +134,11 @@ def rendered(option):
 # --- names -------------------------------------------------------------------------------------------------------
 
 def test_every_role_option_is_an_action_option_or_listed_as_role_only():
-    expected = {role_option(name) for name in ARGUMENT_SPEC} | set(ROLE_ONLY)
+    expected = {role_option(name) for name in ARGUMENT_SPEC if name not in COMPOSED} | set(ROLE_ONLY)
     assert set(ROLE_OPTIONS) == expected, (
         "only in the role's argument_specs: %s; only in the action's ARGUMENT_SPEC: %s"
         % (sorted(set(ROLE_OPTIONS) - expected), sorted(expected - set(ROLE_OPTIONS))))
-    assert not set(ROLE_ONLY) & {role_option(name) for name in ARGUMENT_SPEC if name not in RENAMED}
+    assert not set(ROLE_ONLY) & {role_option(name) for name in ARGUMENT_SPEC if name not in RENAMED and name not in COMPOSED}
 
 
 def test_the_module_docs_name_the_actions_options():

@@ -278,6 +278,24 @@ def test_summary_rows():
     assert rows[1]["after"] == 0.91 and rows[1]["tuned_at"] == PIN["time"]
 
 
+def test_summary_rows_carry_the_watchs_verdict_and_proposal():
+    watch = kv_tune_lines.watch_summary({
+        "verdict": "headroom", "reasons": ["6 steps free"], "retune": None, "pool_tokens": 202389,
+        "proposal": "headroom under real traffic (6 steps free): kv_tune_watch_action=act would search from the pin",
+        "evidence": {"windows": 288, "spare_steps": 6, "proposed_value": 0.94, "value": 0.91}})
+    assert watch["evidence"] == {"windows": 288, "spare_steps": 6, "proposed_value": 0.94}
+    result = tuned().result("tuned", "t0", "t1", FP["versions"])
+    near = {"verdict": "near_miss", "retune": "a near miss under real traffic (...): lowering the pin 2 step(s) to 0.9"}
+    rows = kv_tune_lines.summary_rows({"a": {"status": "unchanged", "pin": PIN, "watch": watch},
+                                       "b": {"status": "tuned", "result": result, "why": near["retune"], "watch": near}})
+    assert rows[0]["watch"]["verdict"] == "headroom"
+    assert rows[0]["line"].endswith("; under real traffic: headroom (proposal: headroom under real traffic (6 steps "
+                                    "free): kv_tune_watch_action=act would search from the pin)")
+    assert rows[1]["line"].endswith("1 restart; why: a near miss under real traffic (...): lowering the pin 2 step(s) "
+                                    "to 0.9")
+    assert kv_tune_lines.watch_summary(None) is None
+
+
 def test_the_failed_rows_and_the_restarts_a_run_cost():
     result = tuned().result("tuned", "t0", "t1", FP["versions"])
     rows = kv_tune_lines.summary_rows({"a": {"status": "tuned", "result": result}, "b": {"status": "unchanged", "pin": PIN},

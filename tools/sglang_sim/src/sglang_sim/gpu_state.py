@@ -79,6 +79,7 @@ def allocation(directory: str):
     except FileNotFoundError:
         os.makedirs(directory, exist_ok=True)
         descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+        os.fchmod(descriptor, 0o644)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
@@ -158,6 +159,8 @@ class StateWriter:
             try:
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 with open(temporary, "w", encoding="utf-8") as handle:
+                    # What the driver knows of the GPUs, every user's nvidia-smi reads (whatever the server's umask).
+                    os.fchmod(handle.fileno(), 0o644)
                     json.dump(data, handle)
                 os.replace(temporary, self.path)
             except OSError as exc:

@@ -57,7 +57,7 @@ DEFAULT_FAULTS = {"hang_at_startup": False, "crash_at_startup": False, "crash_af
                   "gpu_occupied_mib": {}, "load_contention_mib": {}, "load_contention_unlisted": [],
                   "load_contention_from": "load",
                   "from_mem_fraction_static": None,
-                  "for_sglang_versions": None, "argv0": None}
+                  "for_sglang_versions": None, "argv0": None, "metrics_garbage": False}
 # The faults of the server process; from_mem_fraction_static limits them to servers started at that value or above
 # (a value that hangs or crashes while lower ones work: what the tuner must back off from), for_sglang_versions to
 # servers of those SGLang versions (a release that does not start on this host: what a rollout must roll back).
@@ -70,6 +70,8 @@ DEFAULT_FAULTS = {"hang_at_startup": False, "crash_at_startup": False, "crash_af
 # the server is first asked for its info while idle after a load that reserved half the pool or more, as kv_stress
 # asks when its load ends; it keeps the memory until the server exits: the start and the load were clean, what comes
 # after them is not).
+# metrics_garbage: /metrics answers 200 with a text that is not Prometheus' (a proxy's error page), read at each
+# request, so a test can turn it on and off under a running server.
 CONTENTION_FROM = ("load", "pool", "idle")
 CONTENTION_AFTER_INFO_S = 0.1
 SERVER_FAULTS = ("hang_at_startup", "crash_at_startup", "crash_after_requests", "slow_start_s", "load_contention_mib")

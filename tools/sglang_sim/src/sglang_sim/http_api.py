@@ -24,6 +24,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang_sim import args as server_args
+from sglang_sim import hostspec
 from sglang_sim.hostspec import GIB
 from sglang_sim.scheduler import Request, Scheduler
 
@@ -65,9 +66,10 @@ class Api:
         with self.lock:
             return schedulers[next(self.counter) % len(schedulers)]
 
-    def run(self, input_ids: list, max_new_tokens: int, counted: bool = True, scheduler=None) -> Request:
+    def run(self, input_ids: list, max_new_tokens: int, counted: bool = True, scheduler=None,
+            logprob_start_len: int | None = None) -> Request:
         """Submit one request and return it (not waiting)."""
-        request = Request(uuid.uuid4().hex, input_ids, max_new_tokens, counted)
+        request = Request(uuid.uuid4().hex, input_ids, max_new_tokens, counted, logprob_start_len)
         (scheduler or self.next_scheduler()).submit(request)
         return request
 
@@ -135,21 +137,32 @@ class Api:
                                             "max_model_len": self.args.context_len}]}
 
     def metrics(self) -> str:
-        """/metrics (with --enable-metrics): a few of SGLang's Prometheus gauges per DP rank."""
+        """/metrics (with --enable-metrics): SGLang's scheduler gauges and retraction counter, as prometheus_client's
+        multiprocess collector prints them (labels sorted; TP rank 0's scheduler per DP rank; the counter with
+        ``_total`` in HELP and TYPE). The host's faults.metrics_garbage, read now, answers an error page instead."""
+        if hostspec.load_host(self.process.host.path).faults.get("metrics_garbage"):
+            return "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>\n"
         lines = []
-        for name, what in (("num_running_reqs", "The number of running requests."),
-                           ("num_queue_reqs", "The number of requests in the waiting queue."),
-                           ("num_used_tokens", "The number of used tokens."),
-                           ("token_usage", "The token usage."),
-                           ("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.")):
-            lines += ["# HELP sglang:%s %s" % (name, what), "# TYPE sglang:%s gauge" % name]
+        for name, kind, what in (
+                ("num_running_reqs", "gauge", "The number of running requests."),
+                ("num_queue_reqs", "gauge", "The number of requests in the waiting queue."),
+                ("num_used_tokens", "gauge", "The number of used tokens."),
+                ("token_usage", "gauge", "The token usage."),
+                ("max_total_num_tokens", "gauge", "Maximum total number of tokens in the KV cache pool."),
+                ("num_retracted_requests_total", "counter", "Total number of retracted requests.")):
+            lines += ["# HELP sglang:%s %s" % (name, what), "# TYPE sglang:%s %s" % (name, kind)]
             for scheduler in self.process.schedulers:
                 load = scheduler.load()
                 value = {"num_running_reqs": load["num_reqs"], "num_queue_reqs": load["num_waiting_reqs"],
                          "num_used_tokens": load["num_tokens"], "token_usage": scheduler.token_usage(),
-                         "max_total_num_tokens": scheduler.pool}[name]
-                lines.append('sglang:%s{model_name="%s",dp_rank="%d"} %s'
-                             % (name, self.args.served_model_name, scheduler.dp_rank, float(value)))
+                         "max_total_num_tokens": scheduler.pool,
+                         "num_retracted_requests_total": scheduler.retracted}[name]
+                labels = {"engine_type": "unified", "model_name": self.args.served_model_name, "moe_ep_rank": "0",
+                          "pp_rank": "0", "tp_rank": "0"}
+                if len(self.process.schedulers) > 1:
+                    labels["dp_rank"] = str(scheduler.dp_rank)
+                lines.append("sglang:%s{%s} %s" % (name, ",".join('%s="%s"' % item for item in sorted(labels.items())),
+                                                   float(value)))
         return "\n".join(lines) + "\n"
 
     # -- generation ------------------------------------------------------------------------------------------
@@ -320,7 +333,10 @@ class Handler(_Methods):
     def _generate(self, body: dict):
         api = self.api
         prompts, max_new, batched = api.generate_inputs(body)
-        requests = [api.run(ids, count) for ids, count in zip(prompts, max_new)]
+        # return_logprob: SGLang's default logprob_start_len (-1) asks for the output's logprobs only.
+        start = body.get("logprob_start_len", -1) if body.get("return_logprob") else -1
+        start = None if not isinstance(start, int) or isinstance(start, bool) or start < 0 else start
+        requests = [api.run(ids, count, logprob_start_len=start) for ids, count in zip(prompts, max_new)]
         if body.get("stream"):
             self._stream(requests[0], lambda request, _sent: api.generate_result(request))
             return

@@ -30,10 +30,14 @@ DECODE_LOG_INTERVAL = 40
 class Request:
     """One generation request as the scheduler tracks it."""
 
-    def __init__(self, rid: str, input_ids: list, max_new_tokens: int, counted: bool = True):
+    def __init__(self, rid: str, input_ids: list, max_new_tokens: int, counted: bool = True,
+                 logprob_start_len: int | None = None):
         self.rid = rid
         self.input_ids = input_ids
         self.input_len = len(input_ids)
+        # return_logprob with logprob_start_len < input_len: the prefill computes the logits of the prompt's tokens
+        # from there on (input_token_logprobs), a [tokens, vocab] float32 tensor on top of the batch's activations.
+        self.logprob_start_len = logprob_start_len
         self.max_new_tokens = max_new_tokens
         self.counted = counted          # user traffic (not a health check or the warmup)
         self.prefilled = 0
@@ -98,6 +102,8 @@ class Scheduler:
         self.running = []
         self.activations = 0             # bytes the caching allocator holds for activations (high-water mark)
         self.completed = 0
+        self.retracted = 0               # requests retracted (sglang:num_retracted_requests_total); the simulator
+        #                                  reserves each request's whole output, so it never retracts
         self.peak_reserved = 0           # the most tokens running requests reserved at once
         self.decode_steps = 0
         self.last_output = 0.0
@@ -203,9 +209,19 @@ class Scheduler:
         fast = 0.0005 + prefill_tokens * 2e-6 + decode_requests * 2e-6
         return self.host.seconds(realistic, fast)
 
+    def _logit_bytes(self, batch: list) -> int:
+        """The input logprobs' logits of a prefill batch: 4 bytes per vocabulary entry per prompt token whose logprob
+        is asked for, within the chunk each request runs now."""
+        tokens = 0
+        for request, take in batch:
+            if request.logprob_start_len is not None:
+                start = max(request.prefilled, request.logprob_start_len)
+                tokens += max(0, request.prefilled + take - start)
+        return tokens * self.vocab * 4
+
     def _run_prefill(self, batch: list):
         tokens = sum(take for _request, take in batch)
-        self._check_memory(self.server.activation_bytes(self.replica, tokens, 0))
+        self._check_memory(self.server.activation_bytes(self.replica, tokens, 0) + self._logit_bytes(batch))
         time.sleep(self._step_seconds(tokens, 0))
         new = sum(1 for request, _take in batch if request.prefilled == 0)
         finished = []

@@ -1,0 +1,594 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The headroom watch: what a pinned --mem-fraction-static leaves free under real traffic, and what that says.
+
+Three parts, the first two run by the watch service on the host (roles/kv_watch, ``llmserve-kv-watch``), the third
+by the module kv_watch_facts:
+
+- :func:`parse_metrics`: the numbers of SGLang's Prometheus ``/metrics`` the watch keeps (TP rank 0's gauges, the
+  retraction counter), through prometheus_client's own text parser; a text without them is an error, never a guess.
+- :class:`Window` and :class:`Watcher`: samples (the unit's GPUs, /metrics, systemd's view of the unit) folded into
+  fixed windows (least free memory per GPU and the token usage then, peaks, retractions, restarts, OOM lines, other
+  processes' memory), appended as JSON lines to a file that keeps a bounded number of windows (:func:`append_records`).
+- :func:`verdict`: the windows since the pin against the pin's margin: ``near_miss``, ``headroom``, ``ok`` or
+  ``not_enough_traffic``, with the evidence in words and numbers.
+
+Stdlib only (prometheus_client is imported by :func:`parse_metrics` when it is called); the only I/O is the state
+file's, in :func:`append_records` and :func:`read_records`.
+"""
+from __future__ import annotations
+
+import calendar
+import errno
+import json
+import math
+import os
+import re
+import time
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks
+
+GIB = 2 ** 30
+RECORD_VERSION = 1
+# A window is a line of JSON of at most this many bytes (8 GPUs, every field): a longer line is not ours.
+MAX_LINE_BYTES = 16384
+# The token usage from which the pool counts as full: SGLang admits requests while it can reserve their tokens and
+# retracts near the top, so a usage of 0.9 is the pool under real pressure.
+FULL_USAGE = 0.9
+# Each window keeps, per band of token usage, the seconds spent at or above it and the least free memory then, so
+# that a verdict may count any of these as full (kv_watch_facts full_usage) after the fact.
+BANDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+GAUGES = {
+    "sglang:token_usage": "token_usage",
+    "sglang:num_used_tokens": "used_tokens",
+    "sglang:num_running_reqs": "running",
+    "sglang:num_queue_reqs": "queue",
+    "sglang:max_total_num_tokens": "pool_tokens",
+}
+RETRACTED = "sglang:num_retracted_requests_total"
+# SGLang's retraction line (scheduler, 0.4 to 0.5.23) and torch's or CUDA's device OOM (as startup_failure reads it).
+RETRACT_LINE = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
+OOM_LINE = re.compile(
+    r"OutOfMemoryError|(?:CUDA|HIP|NPU|XPU|MUSA) out of memory|CUDA error: out of memory"
+    r"|memory allocation failed with OOM"
+)
+_FRACTION_ARG = re.compile(r"^--mem-fraction-static(?:=(.*))?$")
+
+VERDICTS = ("near_miss", "headroom", "ok", "not_enough_traffic")
+_SERVER_UNIT = re.compile(r"^[A-Za-z0-9_.@-]+\.service$")
+
+
+class MetricsError(ValueError):
+    """/metrics answered something the watch does not read as SGLang's metrics; the message says what."""
+
+
+class WatchError(checks.InvalidInput):
+    """A state file or a setting the watch cannot use; the message names it."""
+
+
+def _stem(unit):
+    if not isinstance(unit, str) or not _SERVER_UNIT.match(unit):
+        raise WatchError("unit must be a systemd service name such as sglang.service, got %r" % (unit,))
+    return unit[:-len(".service")].replace("@", "-")
+
+
+def watch_unit(unit):
+    """The watch's unit of the server ``unit``: llmserve-kv-watch-sglang.service, llmserve-kv-watch-sglang-a.service
+    for sglang@a.service (a plain name: a second '@' would make it an instance of a template)."""
+    return "llmserve-kv-watch-%s.service" % _stem(unit)
+
+
+def state_path(unit):
+    """The watch's state file of the server ``unit``: in its StateDirectory=%N, /var/lib/<the watch's unit>."""
+    return "/var/lib/%s/windows.jsonl" % watch_unit(unit)[:-len(".service")]
+
+
+# --- /metrics ----------------------------------------------------------------------------------------------------------
+
+def _rank0(labels):
+    """A sample of TP rank 0 (SGLang's scheduler gauges are rank 0's; a counter may come from every rank alike)."""
+    return labels.get("tp_rank", "0") == "0" and labels.get("pp_rank", "0") == "0"
+
+
+def parse_metrics(text, parser=None):
+    """The watched numbers of one /metrics answer: token_usage, used_tokens, running, queue and pool_tokens (the
+    fullest DP replica's usage, the others summed over replicas, the pool of the smallest) and retracted (the
+    counter's total, None where this SGLang has none). ``parser`` is prometheus_client.parser (imported here when
+    None). Raises MetricsError on a text prometheus_client cannot parse or one without sglang:token_usage."""
+    if parser is None:
+        try:
+            from prometheus_client import parser  # pylint: disable=import-outside-toplevel
+        except ImportError as exc:
+            raise MetricsError("cannot read /metrics: prometheus_client is not installed (%s)" % exc)
+    found = {}
+    try:
+        for family in parser.text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if (name in GAUGES or name == RETRACTED) and _rank0(sample.labels):
+                    found.setdefault(name, []).append(float(sample.value))
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise MetricsError("/metrics is not in Prometheus' text format: %s" % (exc,))
+    if "sglang:token_usage" not in found:
+        raise MetricsError("/metrics has no sglang:token_usage of TP rank 0: %s" % _excerpt(text))
+    values = {}
+    for name, key in GAUGES.items():
+        numbers = [value for value in found.get(name, []) if math.isfinite(value)]
+        if not numbers:
+            values[key] = None
+        elif key == "token_usage":
+            values[key] = max(numbers)
+        elif key == "pool_tokens":
+            values[key] = int(min(numbers))
+        else:
+            values[key] = int(sum(numbers))
+    retracted = found.get(RETRACTED)
+    values["retracted"] = int(sum(retracted)) if retracted else None
+    return values
+
+
+def _excerpt(text, limit=120):
+    text = " ".join(str(text).split())
+    return repr(text[:limit] + ("..." if len(text) > limit else ""))
+
+
+def fraction_of_argv(argv):
+    """The --mem-fraction-static of a server's command line (a list of words), None where it has none."""
+    for index, word in enumerate(argv):
+        match = _FRACTION_ARG.match(word)
+        if match:
+            text = match.group(1) if match.group(1) is not None else (argv[index + 1] if index + 1 < len(argv) else "")
+            try:
+                return float(text)
+            except ValueError:
+                return None
+    return None
+
+
+def journal_counts(lines):
+    """(retraction lines, requests they retracted, OOM lines) of a stretch of the unit's journal."""
+    retract_lines = retracted = ooms = 0
+    for line in lines:
+        match = RETRACT_LINE.search(line)
+        if match:
+            retract_lines += 1
+            retracted += int(match.group(1))
+        elif OOM_LINE.search(line):
+            ooms += 1
+    return retract_lines, retracted, ooms
+
+
+# --- windows -----------------------------------------------------------------------------------------------------------
+
+def _gib(value_bytes):
+    return None if value_bytes is None else round(value_bytes / GIB, 3)
+
+
+def _lower(current, value):
+    return value if current is None or (value is not None and value < current) else current
+
+
+def _higher(current, value):
+    return value if current is None or (value is not None and value > current) else current
+
+
+class Window:
+    """One window of samples, folded as they come (nothing per sample is kept)."""
+
+    def __init__(self, unit, start, interval):
+        self.unit, self.start, self.interval = unit, start, interval
+        self.samples = self.serving = 0
+        self.gpus = {}
+        self.least = None            # (free GiB, GPU, usage) of the least free sample while serving
+        self.bands = {}              # band -> [samples at or above it, (free GiB, GPU) least free among them]
+        self.peaks = {}
+        self.pool_tokens = self.value = None
+        self.invocations = []
+        self.retractions = 0
+        self.retract_lines = self.retracted_logged = self.ooms = 0
+        self.errors = {}
+        self.last_error = None
+
+    def error(self, kind, message):
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+        self.last_error = "%s: %s" % (kind, message)
+
+    def add(self, gpus=None, metrics=None, invocation=None, value=None, retracted_since=None):
+        """One sample: ``gpus`` the unit's GPUs ({index, free_bytes, total_bytes, others_bytes}, None when they could
+        not be read), ``metrics`` parse_metrics' dict (None when /metrics did not answer), the unit's InvocationID
+        and --mem-fraction-static, and the retraction counter's increase since the last sample of the same start."""
+        self.samples += 1
+        if invocation and invocation not in self.invocations:
+            self.invocations.append(invocation)
+        if value is not None:
+            self.value = value
+        usage = None
+        if metrics is not None:
+            self.serving += 1
+            usage = metrics.get("token_usage")
+            for key in ("token_usage", "used_tokens", "running", "queue"):
+                self.peaks[key] = _higher(self.peaks.get(key), metrics.get(key))
+            if metrics.get("pool_tokens"):
+                self.pool_tokens = metrics["pool_tokens"]
+            if retracted_since:
+                self.retractions += retracted_since
+            for band in BANDS:
+                if usage is not None and usage >= band:
+                    self.bands.setdefault(band, [0, None])[0] += 1
+        for gpu in gpus or []:
+            entry = self.gpus.setdefault(str(gpu["index"]), {
+                "least_free_gib": None, "usage_then": None, "total_gib": _gib(gpu.get("total_bytes")),
+                "others_peak_gib": 0.0})
+            entry["others_peak_gib"] = _higher(entry["others_peak_gib"], _gib(gpu.get("others_bytes") or 0))
+            free = _gib(gpu.get("free_bytes"))
+            if free is None or metrics is None:
+                continue           # while the server starts or is down its memory is not the pin's steady state
+            if entry["least_free_gib"] is None or free < entry["least_free_gib"]:
+                entry["least_free_gib"], entry["usage_then"] = free, usage
+            if self.least is None or free < self.least[0]:
+                self.least = (free, gpu["index"], usage)
+            for band in BANDS:
+                if usage is not None and usage >= band:
+                    entry = self.bands[band]
+                    if entry[1] is None or free < entry[1][0]:
+                        entry[1] = (free, gpu["index"])
+
+    def add_journal(self, lines):
+        retract_lines, retracted, ooms = journal_counts(lines)
+        self.retract_lines += retract_lines
+        self.retracted_logged += retracted
+        self.ooms += ooms
+
+    def record(self, end):
+        """The window as the JSON object the state file keeps."""
+        least = self.least or (None, None, None)
+        return {
+            "v": RECORD_VERSION, "unit": self.unit, "start": round(self.start, 1), "end": round(end, 1),
+            "interval": self.interval, "samples": self.samples, "serving_samples": self.serving,
+            "value": self.value, "pool_tokens": self.pool_tokens, "invocations": self.invocations,
+            "least_free_gib": least[0], "least_free_gpu": least[1], "usage_at_least_free": least[2],
+            "bands": {"%g" % band: {"seconds": round(count * self.interval, 1),
+                                    "least_free_gib": None if low is None else low[0],
+                                    "gpu": None if low is None else low[1]}
+                      for band, (count, low) in sorted(self.bands.items())},
+            "peaks": self.peaks, "gpus": self.gpus,
+            "retractions": self.retractions, "retract_lines": self.retract_lines,
+            "retracted_logged": self.retracted_logged, "oom_lines": self.ooms,
+            "errors": self.errors, "last_error": self.last_error,
+        }
+
+
+# --- the state file ----------------------------------------------------------------------------------------------------
+
+def append_records(path, records, keep):
+    """Append ``records`` to the JSON-lines file ``path``; once it holds over ``keep`` * 1.1 lines, rewrite it with the
+    last ``keep`` (a temporary file renamed over it: a reader never sees half a file). OSError (a full disk, say)
+    is the caller's: nothing is lost that the caller still holds."""
+    text = "".join(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n" for record in records)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    descriptor = os.open(path, flags, 0o644)
+    try:
+        os.write(descriptor, text.encode())
+    finally:
+        os.close(descriptor)
+    with open(path, "rb") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    if len(lines) > keep + max(1, keep // 10):
+        temporary = path + ".tmp"
+        with open(temporary, "wb") as handle:
+            handle.writelines(lines[-keep:])
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+
+
+def read_records(path, since=None):
+    """The windows of the state file ``path`` (ending after ``since``, a Unix time) and the lines it could not read
+    (a list of "line N: why"). A missing file is no windows; a link or a file that is not ours raises WatchError."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return [], []
+        raise WatchError("cannot open the watch's state file %s: %s" % (path, exc.strerror or exc))
+    with os.fdopen(descriptor, "rb") as handle:
+        data = handle.read()
+    records, bad = [], []
+    for number, line in enumerate(data.splitlines(), 1):
+        why = None
+        if len(line) > MAX_LINE_BYTES:
+            why = "longer than %d bytes" % MAX_LINE_BYTES
+        else:
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                record, why = None, "not JSON (%s)" % exc
+            if why is None and not (isinstance(record, dict) and record.get("v") == RECORD_VERSION
+                                    and checks.is_number(record.get("end"))):
+                why = "not a window of this watch"
+        if why is not None:
+            bad.append("line %d: %s" % (number, why))
+        elif since is None or record["end"] > since:
+            records.append(record)
+    return records, bad
+
+
+# --- the sampler's loop ------------------------------------------------------------------------------------------------
+
+class Watcher:
+    """The watch of one unit: ``step(now)`` takes a sample from ``sources`` and, at each window's end, writes the
+    window. ``sources`` has unit() -> {invocation, main_pid, control_group} (None while nothing runs), pids(cgroup)
+    -> set, gpus() -> GPU dicts of gpu_probe, metrics() -> /metrics text, argv(pid) -> list, journal(since, until) ->
+    lines. Every failure of a source is counted in the window and the last one said; none stops the watch."""
+
+    def __init__(self, unit, sources, path, interval, window, keep, log=None):
+        self.unit, self.sources, self.path = unit, sources, path
+        self.interval, self.window_seconds, self.keep = interval, window, keep
+        self.log = log or (lambda message: None)
+        self.window = None
+        self.pending = []            # windows not written yet (the disk was full): kept, bounded by keep
+        self.counter = None          # (invocation, last retraction counter)
+        self.unit_gpus = set()       # the GPUs the server was last seen on
+        self.known_pids = set()
+        self.last_problem = None
+
+    def _say(self, problem):
+        if problem != self.last_problem:
+            self.log(problem)
+        self.last_problem = problem
+
+    def step(self, now):
+        if self.window is None:
+            self.window = Window(self.unit, now, self.interval)
+        window = self.window
+        unit = self._read(window, "unit", self.sources.unit)
+        invocation = value = None
+        if unit:
+            invocation = unit.get("invocation")
+            pids = self._read(window, "cgroup", self.sources.pids, unit.get("control_group")) or set()
+            self.known_pids |= pids
+            if unit.get("main_pid"):
+                argv = self._read(window, "cmdline", self.sources.argv, unit["main_pid"])
+                value = fraction_of_argv(argv or [])
+        metrics = None
+        if unit:
+            text = self._read(window, "metrics", self.sources.metrics)
+            if text is not None:
+                try:
+                    metrics = parse_metrics(text)
+                except MetricsError as exc:
+                    window.error("metrics", str(exc))
+                    self._say("the server's /metrics cannot be read: %s" % exc)
+        gpus = self._gpus(window)
+        window.add(gpus=gpus, metrics=metrics, invocation=invocation, value=value,
+                   retracted_since=self._retracted_since(invocation, metrics))
+        if now - window.start >= self.window_seconds:
+            self.close(now)
+
+    def _read(self, window, kind, source, *args):
+        try:
+            return source(*args)
+        except Exception as exc:  # pylint: disable=broad-except  # a source's failure is data, never the end
+            window.error(kind, str(exc) or type(exc).__name__)
+            self._say("%s: %s" % (kind, exc))
+            return None
+
+    def _gpus(self, window):
+        gpus = self._read(window, "gpus", self.sources.gpus)
+        if gpus is None:
+            return None
+        own = {gpu["index"] for gpu in gpus
+               if any(proc["pid"] in self.known_pids for proc in gpu.get("compute_processes") or [])}
+        if own:
+            self.unit_gpus = own
+        result = []
+        for gpu in gpus:
+            if gpu["index"] not in self.unit_gpus:
+                continue
+            others = sum(proc.get("used_memory_bytes") or 0 for proc in gpu.get("compute_processes") or []
+                         if proc["pid"] not in self.known_pids)
+            result.append({"index": gpu["index"], "free_bytes": gpu.get("memory_free_bytes"),
+                           "total_bytes": gpu.get("memory_total_bytes"), "others_bytes": others})
+        return result
+
+    def _retracted_since(self, invocation, metrics):
+        """The counter's increase since the last sample of the same start: a restart starts it at zero again, and
+        a multiprocess directory kept from older starts may add their totals, so only increases count."""
+        total = None if metrics is None else metrics.get("retracted")
+        if total is None:
+            return 0
+        before = self.counter
+        self.counter = (invocation, total)
+        if before is None or before[0] != invocation:
+            return 0
+        return max(0, total - before[1])
+
+    def close(self, now):
+        window, self.window = self.window, None
+        lines = self._read(window, "journal", self.sources.journal, window.start, now)
+        window.add_journal(lines or [])
+        self.pending.append(window.record(now))
+        self.pending = self.pending[-self.keep:]
+        try:
+            append_records(self.path, self.pending, self.keep)
+        except OSError as exc:
+            self._say("cannot write %s (the windows are kept in memory until it can, %d at most): %s"
+                      % (self.path, self.keep, exc.strerror or exc))
+            return
+        if self.last_problem and self.last_problem.startswith("cannot write"):
+            self._say("%s written again, with the %d window(s) kept meanwhile" % (self.path, len(self.pending)))
+        self.pending = []
+
+
+# --- the verdict -------------------------------------------------------------------------------------------------------
+
+def _when(seconds):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def pin_time(value):
+    """The Unix time of a pin's ``time`` (the tuner writes 2026-12-05T10:00:00Z; a number is taken as it is)."""
+    if checks.is_number(value):
+        return float(value)
+    try:
+        return float(calendar.timegm(time.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        raise WatchError("the pin's time must be a time such as 2026-12-05T10:00:00Z, got %r" % (value,))
+
+
+def _at_pin(record, value):
+    return record.get("value") is None or abs(record["value"] - value) < 1e-6
+
+
+def verdict(entry, records, full_usage=FULL_USAGE, headroom_steps=2, headroom_hours=24.0, storm_retractions=20):
+    """What the windows since the pin say about it. ``entry`` is the unit's fact entry (mem_fraction_static, time,
+    settings.safety_gib and .resolution). Returns {verdict, reasons, evidence}; reasons are sentences, evidence the
+    numbers they come from."""
+    value = checks.number("the pin's mem_fraction_static", entry.get("mem_fraction_static"), WatchError, above=0)
+    matching = [band for band in BANDS if checks.is_number(full_usage) and abs(band - full_usage) < 1e-9]
+    if not matching:
+        raise WatchError("full_usage must be one of the watch's bands %s, got %r"
+                         % (", ".join("%g" % band for band in BANDS), full_usage))
+    band = "%g" % matching[0]
+    settings = entry.get("settings") or {}
+    margin = checks.number("the pin's safety_gib", settings.get("safety_gib"), WatchError, minimum=0)
+    resolution = checks.number("the pin's resolution", settings.get("resolution"), WatchError, above=0)
+    pinned_at = pin_time(entry.get("time"))
+    since = [record for record in records if record["end"] > pinned_at and _at_pin(record, value)]
+    evidence = {
+        "windows": len(since), "from": since[0]["start"] if since else None, "to": since[-1]["end"] if since else None,
+        "value": value, "margin_gib": margin, "full_usage": full_usage,
+        "full_hours": round(sum(((record.get("bands") or {}).get(band) or {}).get("seconds") or 0
+                                for record in since) / 3600.0, 3),
+        "least_free_gib": None, "least_free_full_gib": None, "step_gib": None,
+        "retractions": sum(_retracted(record) for record in since),
+        "oom_lines": sum(record.get("oom_lines") or 0 for record in since),
+        "restarts": max(0, len({i for record in since for i in record.get("invocations") or []}) - 1),
+        "others_peak_gib": max([gpu.get("others_peak_gib") or 0 for record in since
+                                for gpu in (record.get("gpus") or {}).values()] or [0.0]),
+        "token_usage_peak": max([(record.get("peaks") or {}).get("token_usage") or 0 for record in since] or [0.0]),
+    }
+    reasons = []
+    least = _least(since, "least_free_gib", "least_free_gpu")
+    least_full = _least([dict(record, **{"full": (record.get("bands") or {}).get(band) or {}}) for record in since],
+                        None, None, band=True)
+    totals = [gpu.get("total_gib") for record in since for gpu in (record.get("gpus") or {}).values()
+              if gpu.get("total_gib")]
+    step_gib = round(resolution * min(totals), 3) if totals else None
+    evidence.update(least_free_gib=least and least[0], least_free_full_gib=least_full and least_full[0],
+                    step_gib=step_gib)
+    if least and least[0] < margin:
+        record = least[2]
+        reasons.append("the least free memory under traffic was %.2f GiB on GPU %s at %s (token usage %s), under "
+                       "the pin's margin of %.2f GiB" % (least[0], least[1], _when(record["end"]),
+                                                         _usage(record.get("usage_at_least_free")), margin))
+    if evidence["oom_lines"]:
+        reasons.append("%d out-of-memory line(s) in the server's journal since the pin"
+                       % evidence["oom_lines"])
+    storms = [record for record in since if _retracted(record) >= storm_retractions]
+    if storms:
+        worst = max(storms, key=_retracted)
+        reasons.append("a retraction storm: %d request(s) retracted in the window ending %s (threshold %d)"
+                       % (_retracted(worst), _when(worst["end"]), storm_retractions))
+    if reasons:
+        # How far down a re-tune takes the pin: the missing memory in whole steps; two at least after an OOM, whose
+        # shortfall no sample measured; none for retractions alone (a smaller pool retracts more, it frees nothing).
+        steps = int(math.ceil((margin - least[0]) / step_gib - 1e-9)) if least and least[0] < margin and step_gib else 0
+        if evidence["oom_lines"]:
+            steps = max(steps, 2)
+        evidence["lower_steps"] = steps
+        evidence["lower_to"] = round(value - steps * resolution, 6) if steps else None
+        return {"verdict": "near_miss", "reasons": reasons, "evidence": evidence}
+    if not since:
+        return {"verdict": "not_enough_traffic", "evidence": evidence,
+                "reasons": ["no window of the watch since the pin (%s)" % _when(pinned_at)]}
+    if evidence["full_hours"] < headroom_hours:
+        return {"verdict": "not_enough_traffic", "evidence": evidence, "reasons": [
+            "the pool was at a token usage of %s or more for %.2f h of the %.2f h needed to judge (peak usage %s)"
+            % (_usage(full_usage), evidence["full_hours"], headroom_hours, _usage(evidence["token_usage_peak"]))]}
+    spare = least_full[0] - margin
+    steps = int(math.floor(spare / step_gib + 1e-9)) if step_gib else 0
+    evidence["spare_steps"] = steps
+    if steps > headroom_steps:
+        evidence["proposed_value"] = round(value + steps * resolution, 6)
+        return {"verdict": "headroom", "evidence": evidence, "reasons": [
+            "at a token usage of %s or more for %.2f h, the least free memory was %.2f GiB on GPU %s: %.2f GiB over "
+            "the margin, %d steps of %s (%.2f GiB each); the pin could go up to %s"
+            % (_usage(full_usage), evidence["full_hours"], least_full[0], least_full[1], spare, steps, resolution,
+               step_gib, evidence["proposed_value"])]}
+    return {"verdict": "ok", "evidence": evidence, "reasons": [
+        "at a token usage of %s or more for %.2f h, the least free memory was %.2f GiB on GPU %s: over the margin "
+        "of %.2f GiB by %d step(s), at most %d"
+        % (_usage(full_usage), evidence["full_hours"], least_full[0], least_full[1], margin, steps, headroom_steps)]}
+
+
+def _retracted(record):
+    """Requests retracted in a window: the counter's increase, or the journal's lines where this SGLang has no
+    counter."""
+    return max(record.get("retractions") or 0, record.get("retracted_logged") or 0)
+
+
+def _least(records, key, gpu_key, band=False):
+    """(free GiB, GPU, record) of the least free memory of ``records``: the window's ``key`` and ``gpu_key``, or with
+    ``band`` the least free at a full pool (the record's ``full`` band)."""
+    found = None
+    for record in records:
+        free, gpu = ((record["full"].get("least_free_gib"), record["full"].get("gpu")) if band
+                     else (record.get(key), record.get(gpu_key)))
+        if free is not None and (found is None or free < found[0]):
+            found = (free, gpu, record)
+    return found
+
+
+def _usage(value):
+    return "-" if value is None else "%.2f" % value
+
+
+def current_pool(records, invocation_id, now):
+    """The running start's pool (max_total_num_tokens) from the last window, when that window saw the start
+    ``invocation_id`` and ended within three windows' time of ``now``; None otherwise."""
+    if not records or not invocation_id:
+        return None
+    last = records[-1]
+    length = max(1.0, last["end"] - (last.get("start") or last["end"]))
+    if invocation_id not in (last.get("invocations") or []) or last["end"] < now - 3 * length:
+        return None
+    return last.get("pool_tokens")
+
+
+# A pool smaller than the verified one by more than this share, at the same value, is a reason to tune again.
+POOL_TOLERANCE = 0.02
+WATCH_ACTIONS = ("propose", "act")
+
+
+def decision(result, pin, action="propose", pool_tokens=None, pool_tolerance=POOL_TOLERANCE):
+    """What the watch asks of the tuner for a unit whose pin otherwise holds: ``retune`` (why, or None), ``lower_to``
+    (the value a near miss is verified at, or None: a search as usual) and ``proposal`` (what it would do, not done).
+    ``result`` is :func:`verdict`'s (None without a pin); ``pool_tokens`` the running server's
+    max_total_num_tokens as /metrics gives it now (None: unknown)."""
+    out = {"retune": None, "lower_to": None, "proposal": None}
+    verified = (pin or {}).get("tokens")
+    if pool_tokens and verified and pool_tokens < verified * (1 - pool_tolerance):
+        out["retune"] = ("the pool came back %.0f%% smaller at the same value (%d tokens, verified %d): something "
+                         "else holds memory" % (100.0 * (verified - pool_tokens) / verified, pool_tokens, verified))
+        return out
+    if result is None:
+        return out
+    evidence = result["evidence"]
+    if result["verdict"] == "near_miss":
+        if evidence.get("lower_to"):
+            out["retune"] = ("a near miss under real traffic (%s): lowering the pin %d step(s) to %s and verifying it "
+                             "under the load" % (result["reasons"][0], evidence["lower_steps"], evidence["lower_to"]))
+            out["lower_to"] = evidence["lower_to"]
+        else:
+            out["proposal"] = ("a near miss under real traffic (%s); not lowered: a smaller pool would retract more"
+                               % result["reasons"][0])
+    elif result["verdict"] == "headroom":
+        if action == "act":
+            out["retune"] = "headroom under real traffic (%s): a search from the pin" % result["reasons"][0]
+        else:
+            out["proposal"] = ("headroom under real traffic (%s): kv_tune_watch_action=act would search from the pin"
+                               % result["reasons"][0])
+    return out

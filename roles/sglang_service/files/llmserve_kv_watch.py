@@ -1,0 +1,109 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The headroom watch of one SGLang unit, installed by the role llmserve.sglang.sglang_service (sglang_service_kv_watch)
+and run by llmserve-kv-watch-<unit>.service:
+
+    python3 llmserve_kv_watch.py --unit sglang.service --url http://127.0.0.1:30000/metrics \
+        --state /var/lib/llmserve-kv-watch-sglang/windows.jsonl
+
+Every --interval seconds: the unit's GPUs (NVML, else nvidia-smi), its /metrics and systemd's view of it; at the end
+of each --window, one line of JSON in the state file (at most --keep lines). The logic is the collection's
+module_utils/kv_watch.py, installed beside this script; this file only reads the host.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+# The collection's module_utils, installed beside this script (root's, like the script).
+LIBRARY = os.path.dirname(os.path.realpath(__file__))
+sys.path.insert(0, LIBRARY)
+
+# pylint: disable=wrong-import-position
+from ansible_collections.llmserve.sglang.plugins.module_utils import gpu_probe, host_commands, host_files, kv_watch  # noqa: E402
+
+C_LOCALE = dict(os.environ, **host_commands.C_LOCALE)
+
+
+def run(argv, timeout=10):
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=C_LOCALE, check=False)
+    return result.returncode, result.stdout, result.stderr
+
+
+class Sources:
+    """What the watch reads of the host, each a call kv_watch.Watcher makes (and counts when it fails)."""
+
+    def __init__(self, unit, url, prefer):
+        self.unit_name, self.url = unit, url
+        self.sample_gpus = gpu_probe.free_memory_sampler(run_command=run, prefer=prefer, processes=True)
+
+    def unit(self):
+        code, out, err = run(["systemctl", "show", self.unit_name,
+                              "--property=ActiveState,MainPID,InvocationID,ControlGroup"])
+        if code != 0:
+            raise RuntimeError("systemctl show %s failed (rc %d): %s" % (self.unit_name, code, err.strip()))
+        state = host_commands.parse_show(out)
+        if state.get("ActiveState") not in ("active", "activating", "reloading") or state.get("MainPID") in (None, "", "0"):
+            return None
+        return {"invocation": state.get("InvocationID") or None, "main_pid": int(state["MainPID"]),
+                "control_group": state.get("ControlGroup") or None}
+
+    @staticmethod
+    def pids(control_group):
+        return (host_files.unit_pids(control_group) or set()) if control_group else set()
+
+    @staticmethod
+    def argv(pid):
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return [word.decode("utf-8", "replace") for word in handle.read().split(b"\0") if word]
+
+    def gpus(self):
+        return self.sample_gpus()
+
+    def metrics(self):
+        with urllib.request.urlopen(self.url, timeout=5) as answer:  # nosec: a loopback URL the role wrote
+            return answer.read(4 * 2 ** 20).decode("utf-8", "replace")
+
+    def journal(self, since, until):
+        code, out, err = run(["journalctl", "--unit", self.unit_name, "--output", "cat", "--no-pager", "--quiet",
+                              "--since", "@%d" % int(since), "--until", "@%d" % int(until + 1)], timeout=30)
+        if code != 0:
+            raise RuntimeError("journalctl failed (rc %d): %s" % (code, err.strip()))
+        return out.splitlines()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--unit", required=True)
+    parser.add_argument("--url", required=True, help="the server's /metrics")
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--window", type=float, default=300.0)
+    parser.add_argument("--keep", type=int, default=4032)
+    parser.add_argument("--prefer", default="auto", choices=gpu_probe.PREFER_CHOICES)
+    args = parser.parse_args(argv)
+    url = args.url
+    watcher = kv_watch.Watcher(args.unit, Sources(args.unit, url, args.prefer), args.state, args.interval,
+                               args.window, args.keep, log=lambda line: print(line, flush=True))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("watching %s (%s) every %ss, a window every %ss, into %s"
+          % (args.unit, url, args.interval, args.window, args.state), flush=True)
+    while not stop.is_set():
+        started = time.monotonic()
+        watcher.step(time.time())
+        stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+    if watcher.window is not None and watcher.window.samples:
+        watcher.close(time.time())     # the last, shorter window: a restart of the watch loses nothing
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

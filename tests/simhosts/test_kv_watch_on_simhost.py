@@ -1,0 +1,181 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The headroom watch on one simulated host (prefix simwatch): 1x H100 with Llama-3.1-8B, deployed by site.yml with
+sglang_service_kv_watch (a sample a second, a window every 3 s here; 5 s and 5 min by default), then tuned.
+
+The watch runs as a dynamic user of its own and keeps its windows where the server's user cannot write; it follows
+the server through a restart, through garbage on /metrics and through a full disk. Production-like traffic (sglang-sim-traffic: mixed
+lengths, bursts) that never fills the pool is not_enough_traffic; traffic that fills it gives a verdict. Traffic
+that asks for the logprobs of its prompts (memory no stress load takes) comes within the margin: tune_kv.yml lowers
+the pin by the memory it missed and verifies that under the load. The lowered pin then has headroom under the
+plain traffic: proposed, and with kv_tune_watch_action=act searched from. A pool that comes back smaller at the same
+value is named as the reason to tune again, and the re-tune pins what holds with that memory gone.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simhost_lib import ansible, deployed, fact, invocation, report, running_fraction, set_faults, ssh, tune, wait_for
+
+PREFIX = "simwatch"
+HOST = f"{PREFIX}1"
+WATCH = "llmserve-kv-watch-sglang.service"
+STATE = "/var/lib/llmserve-kv-watch-sglang/windows.jsonl"
+DEPLOY = {"sglang_service_kv_watch": True, "sglang_service_kv_watch_interval": 1,
+          "sglang_service_kv_watch_window": 3}
+# The tuner judges a pin after this much time at a full pool (a day by default): a few samples. Full is a token
+# usage of 0.6 here (0.9 by default): the simulator reserves each request's whole output where SGLang reserves a
+# fraction and retracts, so traffic of mixed lengths holds its pool at about 0.6 to 0.8, not above 0.9.
+JUDGE = {"kv_tune_watch_headroom_hours": 0.0005, "kv_tune_watch_full_usage": 0.6}
+FULL = {"headroom_hours": 0.0005, "full_usage": 0.6}
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    with deployed(tmp_path_factory.mktemp("simwatch"), PREFIX, ["single-gpu"], extravars=DEPLOY) as inventory:
+        yield inventory
+
+
+def windows(since: float = 0.0) -> list[dict]:
+    text = ssh(HOST, f"cat {STATE} 2>/dev/null || true")
+    return [record for record in map(json.loads, text.splitlines()) if record["end"] > since]
+
+
+def host_time() -> float:
+    return float(ssh(HOST, "date +%s.%N"))
+
+
+def traffic(seconds: int, fill: float, **options) -> dict:
+    """sglang-sim-traffic on the host against its server; its summary."""
+    extra = " ".join("--%s %s" % (key.replace("_", "-"), value) for key, value in options.items())
+    return json.loads(ssh(HOST, f"/opt/sglang-sim/bin/sglang-sim-traffic --url http://127.0.0.1:30000 "
+                                f"--seconds {seconds} --fill {fill} --burst-every 1 --concurrency 256 --seed 7 {extra}"))
+
+
+def watch_facts(**options) -> dict:
+    args = " ".join(f"{key}={value}" for key, value in dict({"unit": "sglang.service"}, **options).items())
+    return ansible(host_inventory[0], "llmserve.sglang.kv_watch_facts", args)[HOST]
+
+
+host_inventory: list = []
+
+
+def test_the_watch_runs_as_its_own_user_and_the_server_cannot_write_what_it_keeps(host, tmp_path):
+    host_inventory[:] = [host]
+    assert wait_for(lambda: len(windows()) >= 2, 30), ssh(HOST, f"journalctl -u {WATCH} -o cat --no-pager | tail -20")
+    record = windows()[-1]
+    assert record["serving_samples"] >= 2 and record["gpus"]["0"]["least_free_gib"] > 0, record
+    assert record["pool_tokens"] > 0 and record["errors"] == {}, record
+    owner = ssh(HOST, f"stat -L -c %U {STATE}").strip()
+    assert owner not in ("root", "sglang"), owner
+    for path in (STATE, "/usr/local/lib/llmserve-kv-watch/llmserve_kv_watch.py",
+                 "/usr/local/lib/llmserve-kv-watch/ansible_collections/llmserve/sglang/plugins/module_utils/kv_watch.py"):
+        assert ssh(HOST, f"runuser -u sglang -- test -w {path} && echo writable || echo no").strip() == "no", path
+    assert "Permission denied" in ssh(HOST, f"runuser -u sglang -- sh -c 'echo x >> {STATE}' 2>&1 || true")
+    # The server is started with --enable-metrics for it, and the tune pins a value (the watch's verdicts need one).
+    run = tune(host, tmp_path)
+    assert run.status == "successful", run.stdout[-6000:]
+    assert report(tmp_path, HOST)["status"] == "tuned"
+
+
+def test_traffic_that_never_fills_the_pool_is_not_enough_traffic_and_a_full_pool_gets_a_verdict(host):
+    pinned = fact(HOST)
+    traffic(6, 0.3)
+    light = watch_facts(**FULL)
+    assert light["verdict"] == "not_enough_traffic", light
+    assert "the pool was at a token usage of 0.60 or more for 0.00 h" in light["reasons"][0], light
+    result = traffic(8, 1.3)
+    assert result["statuses"] == {"200": result["sent"]}, result
+    full = watch_facts(**FULL)
+    assert full["verdict"] in ("ok", "headroom"), full
+    assert full["evidence"]["least_free_full_gib"] >= pinned["settings"]["safety_gib"], full
+
+
+def test_a_near_miss_under_real_traffic_lowers_the_pin_and_verifies_it(host, tmp_path):
+    before = fact(HOST)["mem_fraction_static"]
+    started = host_time()
+    # A fifth of the requests ask for the logprobs of their prompt's last 2,048 tokens: 0.98 GiB of logits in a
+    # full prefill chunk, more than the margin the stress load left.
+    traffic(8, 1.3, logprob_share=0.2, logprob_tokens=2048)
+    seen = windows(started)
+    assert min(record["least_free_gib"] for record in seen if record["least_free_gib"] is not None) < 1.0, seen
+    run = tune(host, tmp_path, **JUDGE)
+    assert run.status == "successful", run.stdout[-8000:]
+    assert "a near miss under real traffic (the least free memory under traffic was" in run.stdout, run.stdout[-8000:]
+    result = report(tmp_path, HOST)
+    after = fact(HOST)["mem_fraction_static"]
+    assert result["status"] == "tuned" and after < before - 0.004, (before, after, result["trials"])
+    assert result["trials"][-1]["outcome"] == "stable" and running_fraction(HOST) == pytest.approx(after)
+
+
+def test_headroom_under_plain_traffic_is_proposed_and_with_act_searched_from_the_pin(host, tmp_path):
+    lowered = fact(HOST)["mem_fraction_static"]
+    started = invocation(HOST)
+    traffic(8, 1.3)
+    proposed = tune(host, tmp_path / "propose", **JUDGE, kv_tune_watch_headroom_steps=0)
+    assert proposed.status == "successful", proposed.stdout[-8000:]
+    assert "Proposal: headroom under real traffic" in proposed.stdout, proposed.stdout[-8000:]
+    assert invocation(HOST) == started and fact(HOST)["mem_fraction_static"] == lowered
+    acted = tune(host, tmp_path / "act", **JUDGE, kv_tune_watch_headroom_steps=0, kv_tune_watch_action="act")
+    assert acted.status == "successful", acted.stdout[-8000:]
+    assert "headroom under real traffic" in acted.stdout
+    assert fact(HOST)["mem_fraction_static"] > lowered, report(tmp_path / "act", HOST)["trials"]
+
+
+def test_the_watch_follows_a_restart_garbage_on_metrics_and_a_full_disk(host):
+    watch_pid = ssh(HOST, f"systemctl show -p MainPID --value {WATCH}").strip()
+    started = host_time()
+    set_faults(HOST, metrics_garbage=True)
+    try:
+        assert wait_for(lambda: any(record["errors"].get("metrics") for record in windows(started)), 20)
+    finally:
+        set_faults(HOST)
+    ssh(HOST, "systemctl restart sglang.service")
+    assert wait_for(lambda: any(len(record["invocations"]) == 1 and record["serving_samples"]
+                                and record["start"] > started for record in windows(started)), 60)
+    seen = windows(started)
+    assert len({i for record in seen for i in record["invocations"]}) == 2, seen
+    assert "/metrics is not in Prometheus' text format" in ssh(HOST, f"journalctl -u {WATCH} -o cat --no-pager")
+    # A full disk: a 64 KiB filesystem over the state directory, filled (the mount reaches the watch's namespace).
+    # The windows wait in memory, and are written once there is room again.
+    directory = STATE.rsplit("/", 1)[0]
+    ssh(HOST, f"mount -t tmpfs -o size=64k,uid=$(id -u llmserve-kv-watch) tmpfs {directory} && "
+              f"dd if=/dev/zero of={directory}/filler bs=4k count=16 2>/dev/null || true")
+
+    def journal():
+        return ssh(HOST, f"journalctl -u {WATCH} -o cat --no-pager")
+
+    try:
+        assert wait_for(lambda: "No space left on device" in journal(), 20), journal()[-2000:]
+        ssh(HOST, f"rm -f {directory}/filler")
+        assert wait_for(lambda: "written again, with the" in journal(), 20), journal()[-2000:]
+        assert len(ssh(HOST, f"cat {STATE}").splitlines()) >= 2
+    finally:
+        ssh(HOST, f"umount {directory}", check=False)
+    assert ssh(HOST, f"systemctl show -p MainPID --value {WATCH}").strip() == watch_pid
+
+
+def test_a_pool_that_comes_back_smaller_at_the_same_value_is_named(host, tmp_path):
+    pinned = fact(HOST)
+    since = host_time()
+    # Another process takes 1 GiB of the GPU before the server starts again: the same value, a pool smaller by f x 1
+    # GiB (about a fifth of this 24 GB card's pool).
+    set_faults(HOST, gpu_occupied_mib={"0": 1024})
+    try:
+        ssh(HOST, "systemctl restart sglang.service")
+        assert wait_for(lambda: any(record["pool_tokens"] and record["pool_tokens"] < pinned["tokens"] * 0.9
+                                    for record in windows(since)), 60), windows(since)
+        run = tune(host, tmp_path)
+    finally:
+        set_faults(HOST)
+    assert "the pool came back" in run.stdout and "smaller at the same value" in run.stdout, run.stdout[-8000:]
+    # The re-tune measures what the GPU holds now: the value that keeps the margin with that memory gone, verified.
+    assert run.status == "successful", run.stdout[-8000:]
+    result = report(tmp_path, HOST)
+    assert result["status"] == "tuned" and fact(HOST)["mem_fraction_static"] <= pinned["mem_fraction_static"]
+    assert all(trial["min_free_gib"] >= pinned["settings"]["safety_gib"] for trial in result["trials"]
+               if trial["outcome"] == "stable" and trial["f"] == result["after"]["mem_fraction_static"]), result
+    assert running_fraction(HOST) == pytest.approx(fact(HOST)["mem_fraction_static"])

@@ -1,0 +1,394 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""kv_watch: /metrics as prometheus_client parses it (tests/fixtures/metrics, sources in SOURCES.md), the windows the
+watch folds its samples into, the bounded state file, the watcher's loop against scripted sources (a server that
+restarts, garbage on /metrics, a full disk) and the verdict on the windows since a pin."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_watch as kw
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "metrics"
+GIB = 2 ** 30
+
+
+def fixture(name):
+    return (FIXTURES / name).read_text()
+
+
+# --- /metrics ----------------------------------------------------------------------------------------------------------
+
+def test_the_multiprocess_exposition_of_sglang_0_5_9_gives_rank_0s_gauges_and_the_counter():
+    values = kw.parse_metrics(fixture("prometheus_client_0.26_sglang_0.5.9_multiprocess.txt"))
+    assert values == {"token_usage": 0.87, "used_tokens": 87000, "pool_tokens": 100000, "running": None,
+                      "queue": None, "retracted": 3}
+
+
+def test_an_older_sglang_with_model_name_only_is_read_and_what_it_lacks_is_none():
+    values = kw.parse_metrics(fixture("sglang_docs_shape_model_name_only.txt"))
+    assert values == {"token_usage": 0.31, "used_tokens": 123859, "running": 41, "queue": 7, "pool_tokens": None,
+                      "retracted": None}
+
+
+def _gauge(name, samples):
+    lines = ["# TYPE %s gauge" % name]
+    lines += ["%s{%s} %s" % (name, ",".join('%s="%s"' % item for item in labels.items()), value)
+              for labels, value in samples]
+    return "\n".join(lines) + "\n"
+
+
+def test_other_ranks_are_left_out_and_dp_replicas_are_combined():
+    text = (_gauge("sglang:token_usage", [({"tp_rank": "0", "dp_rank": "0"}, 0.5), ({"tp_rank": "0", "dp_rank": "1"}, 0.93),
+                                          ({"tp_rank": "1", "dp_rank": "0"}, 0.99)])
+            + _gauge("sglang:num_running_reqs", [({"tp_rank": "0", "dp_rank": "0"}, 3), ({"tp_rank": "0", "dp_rank": "1"}, 4)])
+            + _gauge("sglang:max_total_num_tokens", [({"tp_rank": "0", "dp_rank": "0"}, 1000), ({"tp_rank": "0", "dp_rank": "1"}, 990)])
+            + "# TYPE sglang:num_retracted_requests counter\n"
+              'sglang:num_retracted_requests_total{tp_rank="0"} 5\nsglang:num_retracted_requests_total{tp_rank="1"} 5\n')
+    values = kw.parse_metrics(text)
+    assert (values["token_usage"], values["running"], values["pool_tokens"], values["retracted"]) == (0.93, 7, 990, 5)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("<html><body>502 Bad Gateway</body></html>", "not in Prometheus' text format"),
+    ('sglang:token_usage{model_name="x} 0.5\n', "not in Prometheus' text format"),
+    ("# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc 0.5\n", "no sglang:token_usage"),
+    ("", "no sglang:token_usage"),
+])
+def test_a_text_that_is_not_sglangs_metrics_is_an_error_that_says_what_came(text, why):
+    with pytest.raises(kw.MetricsError, match=why):
+        kw.parse_metrics(text)
+
+
+def test_the_journal_lines_of_retractions_and_ooms_are_counted():
+    lines = ["[2026-12-05 10:00:01 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.7",
+             "[2026-12-05 10:00:02 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1",
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+             "Decode batch. #running-req: 12"]
+    assert kw.journal_counts(lines) == (2, 4, 1)
+
+
+@pytest.mark.parametrize("argv, value", [
+    (["python3", "-m", "sglang.launch_server", "--mem-fraction-static", "0.915"], 0.915),
+    (["python3", "--mem-fraction-static=0.9"], 0.9),
+    (["python3", "--port", "30000"], None),
+    (["python3", "--mem-fraction-static"], None),
+])
+def test_the_running_value_is_read_from_the_command_line(argv, value):
+    assert kw.fraction_of_argv(argv) == value
+
+
+# --- windows -----------------------------------------------------------------------------------------------------------
+
+def _gpu(index, free_gib, others_gib=0.0, total_gib=80.0):
+    return {"index": index, "free_bytes": int(free_gib * GIB), "total_bytes": int(total_gib * GIB),
+            "others_bytes": int(others_gib * GIB)}
+
+
+def test_a_window_keeps_the_least_free_memory_while_serving_and_per_band_of_usage():
+    window = kw.Window("sglang.service", 1000.0, 5)
+    window.add(gpus=[_gpu(0, 0.4), _gpu(1, 0.3)], metrics=None, invocation="a")        # starting: not counted
+    window.add(gpus=[_gpu(0, 2.0), _gpu(1, 1.5, others_gib=0.5)],
+               metrics={"token_usage": 0.95, "used_tokens": 950, "running": 8, "queue": 1, "pool_tokens": 1000},
+               invocation="a", value=0.91, retracted_since=2)
+    window.add(gpus=[_gpu(0, 1.2), _gpu(1, 1.8)], metrics={"token_usage": 0.6, "pool_tokens": 1000}, invocation="a")
+    window.add_journal(["KV cache pool is full. Retract requests. #retracted_reqs: 2"])
+    record = window.record(1300.0)
+    assert (record["least_free_gib"], record["least_free_gpu"], record["usage_at_least_free"]) == (1.2, 0, 0.6)
+    assert record["bands"]["0.95"] == {"seconds": 5, "least_free_gib": 1.5, "gpu": 1}
+    assert record["bands"]["0.6"] == {"seconds": 10, "least_free_gib": 1.2, "gpu": 0}
+    assert record["gpus"]["1"] == {"least_free_gib": 1.5, "usage_then": 0.95, "total_gib": 80.0,
+                                   "others_peak_gib": 0.5}
+    assert (record["samples"], record["serving_samples"]) == (3, 2)
+    assert record["peaks"] == {"token_usage": 0.95, "used_tokens": 950, "running": 8, "queue": 1}
+    assert (record["value"], record["pool_tokens"], record["retractions"], record["retract_lines"]) == (0.91, 1000, 2, 1)
+
+
+# --- the state file ----------------------------------------------------------------------------------------------------
+
+def test_the_state_file_keeps_a_bounded_number_of_windows(tmp_path):
+    path = str(tmp_path / "windows.jsonl")
+    for end in range(1, 31):
+        kw.append_records(path, [{"v": 1, "end": end}], keep=20)
+    records, bad = kw.read_records(path)
+    assert bad == [] and 20 <= len(records) <= 22 and records[-1]["end"] == 30
+    assert [record["end"] for record in kw.read_records(path, since=27)[0]] == [28, 29, 30]
+
+
+def test_lines_that_are_not_windows_are_reported_not_read(tmp_path):
+    path = tmp_path / "windows.jsonl"
+    path.write_text('{"v": 1, "end": 5}\nnot json\n{"v": 2, "end": 6}\n' + "x" * 20000 + "\n")
+    records, bad = kw.read_records(str(path))
+    assert records == [{"v": 1, "end": 5}]
+    assert [line.split(":")[0] for line in bad] == ["line 2", "line 3", "line 4"]
+    assert "not a window of this watch" in bad[1] and "longer than" in bad[2]
+
+
+def test_a_missing_file_is_no_windows_and_a_link_is_refused(tmp_path):
+    assert kw.read_records(str(tmp_path / "none.jsonl")) == ([], [])
+    os.symlink("/etc/shadow", str(tmp_path / "link.jsonl"))
+    with pytest.raises(kw.WatchError, match="cannot open"):
+        kw.read_records(str(tmp_path / "link.jsonl"))
+
+
+# --- the watcher's loop ------------------------------------------------------------------------------------------------
+
+METRICS = ('# TYPE sglang:token_usage gauge\nsglang:token_usage{tp_rank="0"} %s\n'
+           '# TYPE sglang:max_total_num_tokens gauge\nsglang:max_total_num_tokens{tp_rank="0"} 1000\n'
+           '# TYPE sglang:num_retracted_requests counter\nsglang:num_retracted_requests_total{tp_rank="0"} %d\n')
+
+
+class Host:
+    """Scripted sources: what each call answers is the current state, which the test changes between steps."""
+
+    def __init__(self):
+        self.invocation, self.unit_pids, self.usage, self.retracted, self.free = "a", {101, 102}, 0.95, 0, 1.5
+        self.metrics_text = None
+        self.journal_lines = []
+
+    def unit(self):
+        return None if self.invocation is None else {"invocation": self.invocation, "main_pid": 101,
+                                                     "control_group": "/system.slice/sglang.service"}
+
+    def pids(self, _group):
+        return set(self.unit_pids)
+
+    def argv(self, _pid):
+        return ["python3", "-m", "sglang.launch_server", "--mem-fraction-static", "0.9"]
+
+    def metrics(self):
+        if self.metrics_text is not None:
+            return self.metrics_text
+        return METRICS % (self.usage, self.retracted)
+
+    def gpus(self):
+        def gpu(index, processes):
+            return {"index": index, "memory_free_bytes": int(self.free * GIB), "memory_total_bytes": 80 * GIB,
+                    "compute_processes": processes}
+        return [gpu(0, [{"pid": 101, "used_memory_bytes": 70 * GIB}]),
+                gpu(1, [{"pid": 102, "used_memory_bytes": 70 * GIB}, {"pid": 999, "used_memory_bytes": 2 * GIB}]),
+                gpu(2, [{"pid": 500, "used_memory_bytes": 9 * GIB}])]   # another server's GPU
+
+    def journal(self, _since, _until):
+        return list(self.journal_lines)
+
+
+def _watcher(tmp_path, host, said=None):
+    return kw.Watcher("sglang.service", host, str(tmp_path / "windows.jsonl"), interval=1, window=3, keep=100,
+                      log=(said.append if said is not None else None))
+
+
+def test_the_watcher_follows_the_unit_through_a_restart_and_counts_only_increases(tmp_path):
+    host = Host()
+    watcher = _watcher(tmp_path, host)
+    for now, retracted in ((0, 10), (1, 13)):
+        host.retracted = retracted
+        watcher.step(now)
+    host.invocation, host.retracted = "b", 1      # restarted: the counter starts again
+    watcher.step(2)
+    host.retracted = 4
+    host.journal_lines = ["torch.OutOfMemoryError: CUDA out of memory."]
+    watcher.step(3)
+    records, _bad = kw.read_records(str(tmp_path / "windows.jsonl"))
+    assert len(records) == 1
+    record = records[0]
+    assert (record["retractions"], record["invocations"], record["oom_lines"]) == (6, ["a", "b"], 1)
+    assert sorted(record["gpus"]) == ["0", "1"] and record["gpus"]["1"]["others_peak_gib"] == 2.0
+    assert record["value"] == 0.9 and record["bands"]["0.9"]["least_free_gib"] == 1.5
+
+
+def test_garbage_on_metrics_is_counted_and_said_once_and_the_watch_goes_on(tmp_path):
+    host, said = Host(), []
+    watcher = _watcher(tmp_path, host, said)
+    host.metrics_text = "<html>oops</html>"
+    for now in range(4):
+        watcher.step(now)
+    host.metrics_text = None
+    for now in range(4, 8):
+        watcher.step(now)
+    first, second = kw.read_records(str(tmp_path / "windows.jsonl"))[0]
+    assert first["errors"] == {"metrics": 4} and first["serving_samples"] == 0 and first["least_free_gib"] is None
+    assert "not in Prometheus' text format" in first["last_error"]
+    assert second["errors"] == {} and second["serving_samples"] == 4
+    assert len([line for line in said if "/metrics cannot be read" in line]) == 1
+
+
+def test_a_server_that_is_down_gives_samples_without_memory_verdicts(tmp_path):
+    host = Host()
+    host.invocation = None
+    watcher = _watcher(tmp_path, host)
+    for now in range(4):
+        watcher.step(now)
+    record = kw.read_records(str(tmp_path / "windows.jsonl"))[0][0]
+    assert (record["samples"], record["serving_samples"], record["least_free_gib"]) == (4, 0, None)
+
+
+def test_a_full_disk_keeps_the_windows_in_memory_until_they_can_be_written(tmp_path, monkeypatch):
+    host, said = Host(), []
+    watcher = _watcher(tmp_path, host, said)
+    real = kw.append_records
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(kw, "append_records", full)
+    for now in range(8):
+        watcher.step(now)
+    assert len(watcher.pending) == 2 and not (tmp_path / "windows.jsonl").exists()
+    assert len(said) == 1 and "No space left on device" in said[0] and "kept in memory until it can" in said[0]
+    monkeypatch.setattr(kw, "append_records", real)
+    for now in range(8, 12):
+        watcher.step(now)
+    assert len(kw.read_records(str(tmp_path / "windows.jsonl"))[0]) == 3 and watcher.pending == []
+    assert said[-1].endswith("written again, with the 3 window(s) kept meanwhile")
+
+
+# --- the verdict -------------------------------------------------------------------------------------------------------
+
+PIN = {"mem_fraction_static": 0.9, "time": 1000.0, "settings": {"safety_gib": 1.0, "resolution": 0.005}}
+
+
+def _window(end, least_full=None, least=None, full_seconds=3600.0, value=0.9, **extra):
+    full = {"seconds": full_seconds, "least_free_gib": least_full, "gpu": 3}
+    record = {"v": 1, "start": end - 3600, "end": end, "value": value,
+              "least_free_gib": least if least is not None else least_full, "least_free_gpu": 3,
+              "usage_at_least_free": 0.97, "bands": {"0.9": full, "0.95": full},
+              "gpus": {"3": {"total_gib": 80.0, "others_peak_gib": 0.0}}, "peaks": {"token_usage": 0.97},
+              "invocations": ["a"]}
+    record.update(extra)
+    return record
+
+
+def _day(least_full, **extra):
+    return [_window(2000.0 + hour * 3600, least_full=least_full, **extra) for hour in range(24)]
+
+
+def test_memory_under_the_margin_is_a_near_miss_with_where_and_when():
+    records = _day(2.0)
+    records[5] = _window(records[5]["end"], least_full=2.0, least=0.62)
+    result = kw.verdict(PIN, records)
+    assert result["verdict"] == "near_miss"
+    assert "0.62 GiB on GPU 3" in result["reasons"][0] and "under the pin's margin of 1.00 GiB" in result["reasons"][0]
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ({"oom_lines": 1}, "1 out-of-memory line(s)"),
+    ({"retractions": 25}, "a retraction storm: 25 request(s)"),
+    ({"retracted_logged": 30}, "a retraction storm: 30 request(s)"),
+])
+def test_an_oom_or_a_retraction_storm_is_a_near_miss_whatever_the_free_memory(extra, reason):
+    records = _day(5.0)
+    records[3].update(extra)
+    result = kw.verdict(PIN, records)
+    assert result["verdict"] == "near_miss" and reason in result["reasons"][0]
+
+
+def test_a_day_at_a_full_pool_with_spare_steps_is_headroom_and_proposes_a_value():
+    result = kw.verdict(PIN, _day(3.5))
+    # one step is 0.005 x 80 GiB = 0.4 GiB; 2.5 GiB over the margin is 6 steps.
+    assert result["verdict"] == "headroom"
+    assert (result["evidence"]["spare_steps"], result["evidence"]["proposed_value"]) == (6, 0.93)
+    assert "the pin could go up to 0.93" in result["reasons"][0]
+
+
+def test_spare_memory_within_the_headroom_steps_is_ok():
+    result = kw.verdict(PIN, _day(1.9))
+    assert result["verdict"] == "ok" and result["evidence"]["spare_steps"] == 2
+
+
+def test_a_pool_that_was_never_full_long_enough_is_not_enough_traffic_not_a_proposal():
+    result = kw.verdict(PIN, _day(30.0, full_seconds=60.0))
+    assert result["verdict"] == "not_enough_traffic"
+    assert "for 0.40 h of the 24.00 h needed" in result["reasons"][0]
+    assert kw.verdict(PIN, [])["verdict"] == "not_enough_traffic"
+
+
+def test_windows_before_the_pin_or_at_another_value_are_not_the_pins():
+    records = [_window(900.0, least_full=0.1), _window(5000.0, least_full=0.1, value=0.93)] + _day(1.5)
+    result = kw.verdict(PIN, records)
+    assert result["verdict"] == "ok" and result["evidence"]["windows"] == 24
+
+
+def test_the_pins_time_is_the_tuners_utc_text():
+    assert kw.pin_time("2026-12-05T10:00:00Z") == 1796464800.0
+    records = _day(1.9)
+    assert kw.verdict(dict(PIN, time="1970-01-01T00:16:40Z"), records)["evidence"]["windows"] == 24
+    with pytest.raises(kw.WatchError, match="the pin's time"):
+        kw.verdict(dict(PIN, time="yesterday"), records)
+
+
+def test_a_pin_without_its_margin_is_an_error():
+    with pytest.raises(kw.WatchError, match="safety_gib"):
+        kw.verdict({"mem_fraction_static": 0.9, "time": 1.0, "settings": {}}, [])
+
+
+def test_records_are_json():
+    window = kw.Window("sglang.service", 0.0, 5)
+    window.add(gpus=[_gpu(0, 1.0)], metrics={"token_usage": 0.95})
+    assert json.loads(json.dumps(window.record(5.0)))["bands"]["0.9"]["least_free_gib"] == 1.0
+
+
+def test_a_full_usage_that_is_not_a_band_is_refused():
+    with pytest.raises(kw.WatchError, match="full_usage must be one of the watch's bands 0.5, 0.6"):
+        kw.verdict(PIN, _day(1.9), full_usage=0.85)
+    assert kw.verdict(PIN, _day(1.9, full_seconds=3600.0), full_usage=0.95)["verdict"] == "ok"
+
+
+# --- what the watch asks of the tuner ----------------------------------------------------------------------------------
+
+def test_a_near_miss_lowers_by_the_missing_memory_in_whole_steps():
+    records = _day(2.0)
+    records[5] = _window(records[5]["end"], least_full=2.0, least=0.25)
+    result = kw.verdict(PIN, records)
+    # 0.75 GiB missing, 0.4 GiB a step: 2 steps, 0.9 -> 0.89.
+    assert (result["evidence"]["lower_steps"], result["evidence"]["lower_to"]) == (2, 0.89)
+    asked = kw.decision(result, PIN)
+    assert asked["lower_to"] == 0.89 and "lowering the pin 2 step(s) to 0.89" in asked["retune"]
+
+
+def test_an_oom_lowers_two_steps_at_least_and_a_storm_alone_is_only_said():
+    records = _day(5.0)
+    records[3]["oom_lines"] = 1
+    assert kw.decision(kw.verdict(PIN, records), PIN)["lower_to"] == 0.89
+    records = _day(5.0)
+    records[3]["retractions"] = 40
+    asked = kw.decision(kw.verdict(PIN, records), PIN)
+    assert asked["retune"] is None and "not lowered: a smaller pool would retract more" in asked["proposal"]
+
+
+def test_headroom_is_a_proposal_unless_the_action_is_act():
+    result = kw.verdict(PIN, _day(3.5))
+    assert kw.decision(result, PIN)["retune"] is None
+    assert "kv_tune_watch_action=act would search from the pin" in kw.decision(result, PIN)["proposal"]
+    assert kw.decision(result, PIN, action="act")["retune"].startswith("headroom under real traffic")
+    assert kw.decision(kw.verdict(PIN, _day(1.9)), PIN, action="act") == {"retune": None, "lower_to": None,
+                                                                          "proposal": None}
+
+
+def test_a_pool_smaller_than_the_verified_one_is_a_reason_whatever_the_traffic():
+    pin = dict(PIN, tokens=200000)
+    asked = kw.decision(None, pin, pool_tokens=188000)
+    assert asked["retune"] == ("the pool came back 6% smaller at the same value (188000 tokens, verified 200000): "
+                               "something else holds memory")
+    assert kw.decision(None, pin, pool_tokens=197000)["retune"] is None      # within 2%
+
+
+def test_the_running_pool_is_the_last_windows_of_the_same_start_and_recent():
+    records = [dict(_window(1000.0), pool_tokens=1234, invocations=["a", "b"])]
+    assert kw.current_pool(records, "b", now=1100.0) == 1234
+    assert kw.current_pool(records, "c", now=1100.0) is None          # another start
+    assert kw.current_pool(records, "b", now=1000.0 + 4 * 3600) is None   # an old window
+    assert kw.current_pool([], "b", now=1.0) is None
+
+
+def test_the_watch_unit_and_state_file_of_a_server():
+    assert kw.watch_unit("sglang@a.service") == "llmserve-kv-watch-sglang-a.service"
+    assert kw.state_path("sglang.service") == "/var/lib/llmserve-kv-watch-sglang/windows.jsonl"
+    with pytest.raises(kw.WatchError):
+        kw.watch_unit("../etc.service/x")
