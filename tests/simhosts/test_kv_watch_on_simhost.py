@@ -10,7 +10,8 @@ lengths, bursts) that never fills the pool is not_enough_traffic; traffic that f
 that asks for the logprobs of its prompts (memory no stress load takes) comes within the margin: tune_kv.yml lowers
 the pin by the memory it missed and verifies that under the load. The lowered pin then has headroom under the
 plain traffic: proposed, and with kv_tune_watch_action=act searched from. A pool that comes back smaller at the same
-value is named as the reason to tune again, and the re-tune pins what holds with that memory gone.
+value is named as the reason to tune again, and the re-tune pins what holds with that memory gone. The capacity
+report shows the production headroom and draws its timeline.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import json
 
 import pytest
 
-from simhost_lib import ansible, deployed, fact, invocation, report, running_fraction, set_faults, ssh, tune, wait_for
+from simhost_lib import (REPO, ansible, deployed, fact, invocation, play, report, running_fraction, set_faults, ssh, tune,
+                         wait_for)
 
 PREFIX = "simwatch"
 HOST = f"{PREFIX}1"
@@ -123,6 +125,17 @@ def test_headroom_under_plain_traffic_is_proposed_and_with_act_searched_from_the
     assert acted.status == "successful", acted.stdout[-8000:]
     assert "headroom under real traffic" in acted.stdout
     assert fact(HOST)["mem_fraction_static"] > lowered, report(tmp_path / "act", HOST)["trials"]
+
+
+def test_the_capacity_report_shows_the_production_headroom_and_its_timeline(host, tmp_path):
+    out = tmp_path / "capacity"
+    run = play(host, playbook=REPO / "playbooks" / "capacity_report.yml",
+               extravars={"capacity_report_output_dir": str(out), "capacity_report_watch_headroom_hours": 0.0005})
+    assert run.status == "successful", run.stdout[-6000:]
+    text = (out / f"{HOST}.md").read_text()
+    assert "### Production headroom (the watch, llmserve-kv-watch-sglang.service)" in text, text
+    assert "| least free under the stress load when verified |" in text and "| the pin's margin / one grid step |" in text
+    assert (out / f"{HOST}-watch.png").stat().st_size > 10000
 
 
 def test_the_watch_follows_a_restart_garbage_on_metrics_and_a_full_disk(host):

@@ -72,11 +72,11 @@ TASK_ARGS = {
         "api_key": "{{ kv_tune_api_key | default(omit, true) }}",     # an empty key is no key
         "class_plan": "{{ kv_tune_class.units | default(omit) }}",    # this host's units' parts in their classes
         "run_id": "{{ kv_tune_run_id | default(omit, true) }}",       # null: a run of its own
-        "watch": "{{ __kv_tune_watch if kv_tune_watch else omit }}",  # the watch's settings, or not read
+        "watch": "{{ __kv_tune_watch if kv_tune_watch | bool else omit }}",  # the watch's settings, or not read
     },
     "probe.yml": {
         "api_key": "{{ kv_tune_api_key | default(omit, true) }}",
-        "watch": "{{ __kv_tune_watch if kv_tune_watch else omit }}",
+        "watch": "{{ __kv_tune_watch if kv_tune_watch | bool else omit }}",
     },
 }
 # Action options the tasks do not pass: unit reaches the action as kv_tune_units' default; the probe runs before
