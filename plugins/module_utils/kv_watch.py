@@ -460,8 +460,7 @@ def verdict(entry, records, full_usage=FULL_USAGE, headroom_steps=2, headroom_ho
     evidence = {
         "windows": len(since), "from": since[0]["start"] if since else None, "to": since[-1]["end"] if since else None,
         "value": value, "margin_gib": margin, "full_usage": full_usage,
-        "full_hours": round(sum(((record.get("bands") or {}).get(band) or {}).get("seconds") or 0
-                                for record in since) / 3600.0, 3),
+        "full_hours": None,
         "least_free_gib": None, "least_free_full_gib": None, "step_gib": None,
         "retractions": sum(_retracted(record) for record in since),
         "oom_lines": sum(record.get("oom_lines") or 0 for record in since),
@@ -470,6 +469,8 @@ def verdict(entry, records, full_usage=FULL_USAGE, headroom_steps=2, headroom_ho
                                 for gpu in (record.get("gpus") or {}).values()] or [0.0]),
         "token_usage_peak": max([(record.get("peaks") or {}).get("token_usage") or 0 for record in since] or [0.0]),
     }
+    full_hours = sum(((record.get("bands") or {}).get(band) or {}).get("seconds") or 0 for record in since) / 3600.0
+    evidence["full_hours"] = round(full_hours, 3)
     reasons = []
     least = _least(since, "least_free_gib", "least_free_gpu")
     least_full = _least([dict(record, **{"full": (record.get("bands") or {}).get(band) or {}}) for record in since],
@@ -504,24 +505,26 @@ def verdict(entry, records, full_usage=FULL_USAGE, headroom_steps=2, headroom_ho
     if not since:
         return {"verdict": "not_enough_traffic", "evidence": evidence,
                 "reasons": ["no window of the watch since the pin (%s)" % _when(pinned_at)]}
-    if evidence["full_hours"] < headroom_hours:
+    if full_hours < headroom_hours:
         return {"verdict": "not_enough_traffic", "evidence": evidence, "reasons": [
-            "the pool was at a token usage of %s or more for %.2f h of the %.2f h needed to judge (peak usage %s)"
-            % (_usage(full_usage), evidence["full_hours"], headroom_hours, _usage(evidence["token_usage_peak"]))]}
+            "the pool was at a token usage of %s or more for %s of the %s needed to judge (peak usage %s)"
+            % (_usage(full_usage), _hours(full_hours), _hours(headroom_hours),
+               _usage(evidence["token_usage_peak"]))]}
     spare = least_full[0] - margin
     steps = int(math.floor(spare / step_gib + 1e-9)) if step_gib else 0
     evidence["spare_steps"] = steps
     if steps > headroom_steps:
         evidence["proposed_value"] = round(value + steps * resolution, 6)
         return {"verdict": "headroom", "evidence": evidence, "reasons": [
-            "at a token usage of %s or more for %.2f h, the least free memory was %.2f GiB on GPU %s: %.2f GiB over "
+            "at a token usage of %s or more for %s, the least free memory was %.2f GiB on GPU %s: %.2f GiB over "
             "the margin, %d steps of %s (%.2f GiB each); the pin could go up to %s"
-            % (_usage(full_usage), evidence["full_hours"], least_full[0], least_full[1], spare, steps, resolution,
+            % (_usage(full_usage), _hours(full_hours), least_full[0], least_full[1], spare, steps, resolution,
                step_gib, evidence["proposed_value"])]}
     return {"verdict": "ok", "evidence": evidence, "reasons": [
-        "at a token usage of %s or more for %.2f h, the least free memory was %.2f GiB on GPU %s: over the margin "
+        "at a token usage of %s or more for %s, the least free memory was %.2f GiB on GPU %s: over the margin "
         "of %.2f GiB by %d step(s), at most %d"
-        % (_usage(full_usage), evidence["full_hours"], least_full[0], least_full[1], margin, steps, headroom_steps)]}
+        % (_usage(full_usage), _hours(full_hours), least_full[0], least_full[1], margin, steps,
+           headroom_steps)]}
 
 
 def _retracted(record):
@@ -540,6 +543,11 @@ def _least(records, key, gpu_key, band=False):
         if free is not None and (found is None or free < found[0]):
             found = (free, gpu, record)
     return found
+
+
+def _hours(value):
+    """``26.10 h``, or seconds under a tenth of an hour (``42 s``)."""
+    return "%.2f h" % value if value >= 0.1 else "%.0f s" % (value * 3600)
 
 
 def _usage(value):

@@ -88,7 +88,7 @@ def test_traffic_that_never_fills_the_pool_is_not_enough_traffic_and_a_full_pool
     traffic(6, 0.3)
     light = watch_facts(**FULL)
     assert light["verdict"] == "not_enough_traffic", light
-    assert "the pool was at a token usage of 0.60 or more for 0.00 h" in light["reasons"][0], light
+    assert "the pool was at a token usage of 0.60 or more for " in light["reasons"][0], light
     result = traffic(8, 1.3)
     assert result["statuses"] == {"200": result["sent"]}, result
     full = watch_facts(**FULL)

@@ -306,6 +306,8 @@ def test_a_pool_that_was_never_full_long_enough_is_not_enough_traffic_not_a_prop
     result = kw.verdict(PIN, _day(30.0, full_seconds=60.0))
     assert result["verdict"] == "not_enough_traffic"
     assert "for 0.40 h of the 24.00 h needed" in result["reasons"][0]
+    short = kw.verdict(PIN, [_window(5000.0, least_full=2.0, full_seconds=42.0)], headroom_hours=0.05)
+    assert "for 42 s of the 180 s needed" in short["reasons"][0]
     assert kw.verdict(PIN, [])["verdict"] == "not_enough_traffic"
 
 
