@@ -100,13 +100,13 @@ def test_a_network_cut_longer_than_the_confirm_timeout_pins_nothing(fleet, tmp_p
     before, pinned = lkg(), fact(HOST)
     set_faults(HOST, slow_start_s=8, from_mem_fraction_static=0.5)
     proc = controller(fleet, tmp_path, kv_tune_force=True, kv_tune_start=round(before - 0.02, 3),
-                      kv_tune_ready_timeout=20, kv_tune_stress_duration=3, kv_tune_confirm_timeout=18)
+                      kv_tune_ready_timeout=14, kv_tune_stress_duration=3, kv_tune_confirm_timeout=20)
     try:
         assert wait_for(lambda: trial_left(HOST), 120), "no trial started"
         subprocess.run(["ip", "-n", f"llmsim-{HOST}", "link", "set", "eth0", "down"], check=True)
-        # The host's timer fires 18 s after the trial started and reverts it; the last-known-good value starts in
-        # about 10 s (slow_start_s 8).
-        time.sleep(32)
+        # The host's timer fires 20 s after the trial started (the shortest confirm timeout over a trial of 14 s
+        # and a 3 s load) and reverts it; the last-known-good value starts in about 10 s (slow_start_s 8).
+        time.sleep(34)
         subprocess.run(["ip", "-n", f"llmsim-{HOST}", "link", "set", "eth0", "up"], check=True)
         assert proc.wait(300) != 0
     finally:

@@ -2,17 +2,30 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Plot one unit's headroom under real traffic (<host>-watch.json written by the capacity_report role from
-kv_watch_facts): per window of the watch, the least free GPU memory and the peak token usage, with the pin's margin
-and the least free memory its verification left under the stress load drawn in; OOM lines and restarts marked.
+kv_watch_facts): per window of the watch, the least free GPU memory and the peak token usage, with the pin's margin,
+the least free memory its verification left under the stress load and the time of the pin drawn in; OOM lines and
+restarts marked.
 Runs on the controller.
 
     python3 kv_watch_plot.py WATCH.json OUT.png   (the role runs it with ansible-playbook's own Python)
 """
 from __future__ import annotations
 
+import calendar
 import datetime
 import json
 import sys
+import time
+
+
+def pin_time(text):
+    """The Unix time of the tuner's ``2026-12-05T10:00:00Z`` (a number as it is); None when it is neither."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    try:
+        return calendar.timegm(time.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
 
 
 def plot(watch: dict, out: str) -> None:
@@ -41,10 +54,15 @@ def plot(watch: dict, out: str) -> None:
     for stamp, window in zip(when, windows):
         if window.get("oom_lines") or len(window.get("invocations") or []) > 1:
             free_axis.axvline(stamp, color="tab:red", linewidth=0.8, alpha=0.6)
+    pinned = pin_time(pin.get("time"))
+    if pinned is not None and when and pinned >= windows[0].get("start", windows[0]["end"]):
+        free_axis.axvline(datetime.datetime.fromtimestamp(pinned, datetime.timezone.utc), color="black",
+                          linestyle="-.", linewidth=1, label="pinned (the verdict counts what follows)")
     free_axis.set_ylim(bottom=0)
     free_axis.set_ylabel("GiB")
-    free_axis.xaxis.set_major_formatter(dates.DateFormatter("%m-%d %H:%M"))
-    figure.autofmt_xdate()
+    locator = dates.AutoDateLocator()
+    free_axis.xaxis.set_major_locator(locator)
+    free_axis.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator))
     title = "%s: %s at %s, verdict %s" % (watch.get("host"), watch.get("unit"),
                                           pin.get("mem_fraction_static"), watch.get("verdict"))
     free_axis.set_title(title, fontsize=10)
