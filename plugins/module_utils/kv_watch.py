@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import stat
 import time
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
@@ -284,17 +285,28 @@ def append_records(path, records, keep):
         os.replace(temporary, path)
 
 
+# The most the reader takes of a state file: the default 4032 windows are about 5 MiB.
+MAX_STATE_BYTES = 64 * 2 ** 20
+
+
 def read_records(path, since=None):
     """The windows of the state file ``path`` (ending after ``since``, a Unix time) and the lines it could not read
-    (a list of "line N: why"). A missing file is no windows; a link or a file that is not ours raises WatchError."""
+    (a list of "line N: why"). A missing file is no windows. Root reads what another user (the watch's) writes: a
+    link, a FIFO or anything but a regular file, or a file over MAX_STATE_BYTES, raises WatchError without blocking."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             return [], []
         raise WatchError("cannot open the watch's state file %s: %s" % (path, exc.strerror or exc))
     with os.fdopen(descriptor, "rb") as handle:
-        data = handle.read()
+        found = os.fstat(handle.fileno())
+        if not stat.S_ISREG(found.st_mode):
+            raise WatchError("the watch's state file %s is not a regular file" % path)
+        if found.st_size > MAX_STATE_BYTES:
+            raise WatchError("the watch's state file %s holds %d bytes, more than the %d a watch writes"
+                             % (path, found.st_size, MAX_STATE_BYTES))
+        data = handle.read(MAX_STATE_BYTES + 1)
     records, bad = [], []
     for number, line in enumerate(data.splitlines(), 1):
         why = None

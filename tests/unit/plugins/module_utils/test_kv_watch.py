@@ -130,11 +130,18 @@ def test_lines_that_are_not_windows_are_reported_not_read(tmp_path):
     assert "not a window of this watch" in bad[1] and "longer than" in bad[2]
 
 
-def test_a_missing_file_is_no_windows_and_a_link_is_refused(tmp_path):
+def test_a_missing_file_is_no_windows_and_a_link_a_fifo_or_a_huge_file_is_refused(tmp_path, monkeypatch):
     assert kw.read_records(str(tmp_path / "none.jsonl")) == ([], [])
     os.symlink("/etc/shadow", str(tmp_path / "link.jsonl"))
     with pytest.raises(kw.WatchError, match="cannot open"):
         kw.read_records(str(tmp_path / "link.jsonl"))
+    os.mkfifo(str(tmp_path / "fifo.jsonl"))        # opened without blocking, then refused
+    with pytest.raises(kw.WatchError, match="not a regular file"):
+        kw.read_records(str(tmp_path / "fifo.jsonl"))
+    (tmp_path / "big.jsonl").write_text('{"v": 1, "end": 5}\n' * 10)
+    monkeypatch.setattr(kw, "MAX_STATE_BYTES", 100)
+    with pytest.raises(kw.WatchError, match="more than the 100 a watch writes"):
+        kw.read_records(str(tmp_path / "big.jsonl"))
 
 
 # --- the watcher's loop ------------------------------------------------------------------------------------------------
