@@ -71,7 +71,9 @@ def check_run_id(run_id):
     return run_id
 
 
-def _stem(unit):
+def unit_stem(unit):
+    """``sglang`` of sglang.service, ``sglang-a`` of sglang@a.service: a unit's name in the names of its files and
+    helper units (a second '@' would make those template instances)."""
     return unit[:-len(".service")].replace("@", "-")
 
 
@@ -79,7 +81,7 @@ def paths(unit, run_id=None):
     """The pin drop-in, the trial drop-in, the lock file and the revert timer's unit name (without suffix) of
     ``unit``, the timer's for the run ``run_id`` (each run its own, so that one run never stops another's)."""
     check_unit(unit)
-    stem = _stem(unit)
+    stem = unit_stem(unit)
     return {
         "pin": "/etc/systemd/system/%s.d/50-kv-tune.conf" % unit,
         "trial": "/run/systemd/system/%s.d/90-kv-trial.conf" % unit,
@@ -91,7 +93,7 @@ def paths(unit, run_id=None):
 def is_revert_timer(name, unit):
     """Whether the systemd unit ``name`` is a revert timer of ``unit``'s trials (any run's, or one armed before
     runs had their own)."""
-    stem = _stem(check_unit(unit))
+    stem = unit_stem(check_unit(unit))
     if not name.startswith(REVERT_PREFIX) or not name.endswith(".timer"):
         return False
     rest = name[len(REVERT_PREFIX):-len(".timer")]

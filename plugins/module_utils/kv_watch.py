@@ -28,7 +28,7 @@ import re
 import stat
 import time
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_pin
 
 GIB = 2 ** 30
 RECORD_VERSION = 1
@@ -58,7 +58,6 @@ OOM_LINE = re.compile(
 _FRACTION_ARG = re.compile(r"^--mem-fraction-static(?:=(.*))?$")
 
 VERDICTS = ("near_miss", "headroom", "ok", "not_enough_traffic")
-_SERVER_UNIT = re.compile(r"^[A-Za-z0-9_.@-]+\.service$")
 
 
 class MetricsError(ValueError):
@@ -69,16 +68,13 @@ class WatchError(checks.InvalidInput):
     """A state file or a setting the watch cannot use; the message names it."""
 
 
-def _stem(unit):
-    if not isinstance(unit, str) or not _SERVER_UNIT.match(unit):
-        raise WatchError("unit must be a systemd service name such as sglang.service, got %r" % (unit,))
-    return unit[:-len(".service")].replace("@", "-")
-
-
 def watch_unit(unit):
     """The watch's unit of the server ``unit``: llmserve-kv-watch-sglang.service, llmserve-kv-watch-sglang-a.service
     for sglang@a.service (a plain name: a second '@' would make it an instance of a template)."""
-    return "llmserve-kv-watch-%s.service" % _stem(unit)
+    try:
+        return "llmserve-kv-watch-%s.service" % kv_pin.unit_stem(kv_pin.check_unit(unit))
+    except kv_pin.PinError as exc:
+        raise WatchError(str(exc)) from None
 
 
 def state_path(unit):
