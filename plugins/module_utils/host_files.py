@@ -201,6 +201,13 @@ def installed_distribution(venv, name):
     return found[0] if found else None
 
 
+def process_argv(pid):
+    """The command line of process ``pid`` (``/proc/<pid>/cmdline`` split at NUL), as words; only parsed, never run."""
+    with open("/proc/%d/cmdline" % pid, "rb") as handle:
+        raw = handle.read()
+    return [word.decode("utf-8", "replace") for word in raw.split(b"\0") if word]
+
+
 def unit_pids(control_group, roots=("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")):
     """The processes of a unit (systemd's ControlGroup property, ``/system.slice/sglang.service``) from its
     cgroup.procs (cgroup v2, or v1's named hierarchies); None when none can be read."""

@@ -28,7 +28,7 @@ import re
 import stat
 import time
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_pin
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_pin, server_args
 
 GIB = 2 ** 30
 RECORD_VERSION = 1
@@ -55,7 +55,6 @@ OOM_LINE = re.compile(
     r"OutOfMemoryError|(?:CUDA|HIP|NPU|XPU|MUSA) out of memory|CUDA error: out of memory"
     r"|memory allocation failed with OOM"
 )
-_FRACTION_ARG = re.compile(r"^--mem-fraction-static(?:=(.*))?$")
 
 VERDICTS = ("near_miss", "headroom", "ok", "not_enough_traffic")
 
@@ -132,16 +131,12 @@ def _excerpt(text, limit=120):
 
 
 def fraction_of_argv(argv):
-    """The --mem-fraction-static of a server's command line (a list of words), None where it has none."""
-    for index, word in enumerate(argv):
-        match = _FRACTION_ARG.match(word)
-        if match:
-            text = match.group(1) if match.group(1) is not None else (argv[index + 1] if index + 1 < len(argv) else "")
-            try:
-                return float(text)
-            except ValueError:
-                return None
-    return None
+    """The --mem-fraction-static of a server's command line (a list of words), None where it has none or it is not a
+    fraction (server_args reads it, as kv_fingerprint does)."""
+    try:
+        return server_args.mem_fraction_static(server_args.from_argv(argv))
+    except server_args.ServerArgsError:
+        return None
 
 
 def journal_counts(lines):

@@ -336,12 +336,6 @@ _NO_FINGERPRINT = dict(fingerprint=None, fingerprint_hash=None, server_args={}, 
                        sizing_environment=None, source=None)
 
 
-def read_argv(pid):
-    with open("/proc/%d/cmdline" % pid, "rb") as handle:
-        raw = handle.read()
-    return [word.decode("utf-8", "replace") for word in raw.split(b"\0") if word]
-
-
 def exec_path(exec_start):
     """The executable of systemd's ExecStart property (``{ path=/opt/sglang/venv/bin/python ; argv[]=... }``)."""
     for part in exec_start.strip("{} ").split(" ; "):
@@ -525,7 +519,7 @@ def main() -> None:
     argv, started, unreadable = None, None, None
     if unit_facts["running"]:
         try:
-            argv = read_argv(pid)
+            argv = host_files.process_argv(pid)
             started = host_files.process_start_time(pid)
         except (OSError, ValueError, IndexError, StopIteration) as exc:
             unreadable = exc

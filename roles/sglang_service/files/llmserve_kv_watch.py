@@ -61,8 +61,7 @@ class Sources:
 
     @staticmethod
     def argv(pid):
-        with open("/proc/%d/cmdline" % pid, "rb") as handle:
-            return [word.decode("utf-8", "replace") for word in handle.read().split(b"\0") if word]
+        return host_files.process_argv(pid)
 
     def gpus(self):
         return self.sample_gpus()

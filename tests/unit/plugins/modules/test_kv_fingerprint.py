@@ -89,7 +89,7 @@ def test_kv_fingerprint(case, root_dir):
                     lock=os.path.join(base, "unit.lock"))
 
     with mock.patch.object(kv_pin, "paths", paths), \
-            mock.patch.object(kv_fingerprint, "read_argv", functools.partial(_argv, case)), \
+            mock.patch.object(host_files, "process_argv", functools.partial(_argv, case)), \
             mock.patch.object(host_files, "process_start_time", lambda pid: STARTED), \
             mock.patch.object(host_files, "process_gone", lambda pid: case.get("process_gone", False)):
         result = uthelper.run_case(kv_fingerprint, {key: case[key] for key in ("id", "input", "output", "mocks")
