@@ -332,7 +332,7 @@ def test_the_controller_stopped_past_the_confirm_timeout_pins_neither_node(serve
     value = pinned[NODES[0]]["mem_fraction_static"]
     set_faults(NODES[0], slow_start_s=8, from_mem_fraction_static=0.5)   # the stop comes while the trial starts
     proc = controller(server, tmp_path, kv_tune_force=True, kv_tune_start=round(value - 0.01, 3), kv_tune_budget=1,
-                      kv_tune_ready_timeout=25, kv_tune_stress_duration=3, kv_tune_confirm_timeout=30)
+                      kv_tune_ready_timeout=14, kv_tune_stress_duration=3, kv_tune_confirm_timeout=20)
     try:
         assert wait_for(lambda: proc.poll() is not None or all(_trial_on(host) for host in NODES), 240) \
             and proc.poll() is None, (tmp_path / "controller.log").read_text()[-4000:]
@@ -355,5 +355,5 @@ def test_the_controller_stopped_past_the_confirm_timeout_pins_neither_node(serve
     for host in NODES:
         assert fact(host) == pinned[host] and not trial_left(host)
         assert _runs(host, value), host
-    measured("two-node trial, ansible-playbook stopped past the confirm timeout (30 s): both nodes back on their pin "
+    measured("two-node trial, ansible-playbook stopped past the confirm timeout (20 s): both nodes back on their pin "
              "%.0f s after the stop, by their own timers; the resumed run failed and pinned nothing" % seconds)

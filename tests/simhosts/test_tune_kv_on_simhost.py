@@ -7,22 +7,21 @@
 Judged against the simulator's oracle (sglang-sim-oracle on the host: the largest value whose stress load keeps the
 same safety margin), from ansible-runner's stats, the unit's InvocationID (a restart changes it), the drop-in, the
 local fact and the reports. The tests run in file order and build on each other's state (a tuned fleet first).
+A controller gone mid-trial (the host reverts by itself): test_tune_kv_faults_on_simhost.py's network cut, and
+test_multinode_on_simhost.py's controller killed and frozen.
 """
 from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import shutil
-import signal
-import time
 
 import pytest
 import yaml
 
 import simhost_lib
-from simhost_lib import (PIN_DROPIN, REPO, RESOLUTION, SAFETY_GIB, controller, deployed, fact, invocation, oracle_max,
+from simhost_lib import (PIN_DROPIN, REPO, RESOLUTION, SAFETY_GIB, deployed, fact, invocation, oracle_max,
                          oracle_max_at, play, report, running_fraction, server_argv, set_faults, ssh, trial_left,
                          watch)
 
@@ -165,37 +164,6 @@ def test_a_start_below_the_lowest_viable_value_is_not_restarted_into(fleet, tmp_
     assert not first["restart"] and first["f"] == pytest.approx(running), result["trials"]
     assert result["status"] == "tuned" and result["after"]["mem_fraction_static"] > 0.88
     assert running_fraction(FIELD) == pytest.approx(result["after"]["mem_fraction_static"])
-
-
-def test_a_killed_controller_leaves_the_host_to_revert_by_itself(fleet, tmp_path):
-    lkg = fact(FIELD)["mem_fraction_static"]
-    # Every start now takes a minute: the controller is killed while it waits for the trial's server.
-    set_faults(FIELD, slow_start_s=60, from_mem_fraction_static=0.5)
-    controller_run = controller(fleet, tmp_path, log=False, kv_tune_hosts=FIELD, kv_tune_force=True,
-                                kv_tune_start=round(lkg - 0.02, 3), kv_tune_ready_timeout=30,
-                                kv_tune_confirm_timeout=40)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not trial_left(FIELD):
-            time.sleep(1)
-        assert trial_left(FIELD), "no trial started"
-        time.sleep(3)  # the trial's restart: the server is now loading the unverified value
-        os.killpg(controller_run.pid, signal.SIGKILL)
-        controller_run.wait(30)
-        set_faults(FIELD)  # the revert's restart is quick again
-        # The host alone: the timer fires 40 s after it was armed, removes the drop-in and restarts the unit.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and trial_left(FIELD):
-            time.sleep(3)
-        assert not trial_left(FIELD), "the host did not revert the unconfirmed trial"
-        ready = play(fleet, tasks=[{"name": "ready", "llmserve.sglang.sglang_ready": {"unit": "sglang.service",
-                                                                                      "timeout": 120}}])
-        assert ready.results["ready"]["ready"], ready.results
-        assert running_fraction(FIELD) == pytest.approx(lkg)
-    finally:
-        if controller_run.poll() is None:
-            os.killpg(controller_run.pid, signal.SIGKILL)
-        set_faults(FIELD)
 
 
 def test_an_unreachable_host_is_reported_and_the_others_proceed(fleet, tmp_path):

@@ -156,13 +156,13 @@ def test_servers_that_share_the_gpus_are_tuned_to_hold_a_joint_load(units, tmp_p
 
 
 def test_two_controllers_at_once_never_tune_the_units_of_shared_gpus_together(units, tmp_path):
-    # One operator's run searches sglang@a (forced: a load at the running value, then one trial, 20 s loads); a
-    # second operator starts the same playbook on the host: a is held, and b shares a's GPUs, so the second run
-    # stops on both units and restarts nothing.
+    # One operator's run searches sglang@a (forced: a load at the running value, then one trial, 10 s loads: the
+    # lock is held for 20 s and more); a second operator starts the same playbook on the host: a is held, and b
+    # shares a's GPUs, so the second run stops on both units and restarts nothing.
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
     first_dir.mkdir()
     first = controller(units, first_dir, kv_tune_hosts=SHARED, kv_tune_force=True, kv_tune_budget=1,
-                       kv_tune_stress_duration=20)
+                       kv_tune_stress_duration=10)
     try:
         lock = "/run/llmserve/kv-tune-sglang@a.service.lock"
         assert wait_for(lambda: ssh(SHARED, "test -e %s && echo yes || true" % lock).strip() == "yes", 180), \
