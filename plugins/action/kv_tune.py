@@ -51,6 +51,7 @@ ARGUMENT_SPEC = dict(
     strategy=dict(type="str", default="per_host", choices=list(STRATEGIES)),
     class_margin_steps=dict(type="int", default=0),
     class_plan=dict(type="dict"),
+    pin_tokens=dict(type="bool", default=False),
     run_id=dict(type="str"),
     watch=dict(type="dict"),
 )

@@ -5,6 +5,8 @@
 
 - the pin: ``/etc/systemd/system/<unit>.d/50-kv-tune.conf`` sets ``LLMSERVE_KV_ARGS`` (the unit's ExecStart ends
   with ``$LLMSERVE_KV_ARGS``), and the unit's entry in ``/etc/ansible/facts.d/sglang_kv.fact`` says what proved it;
+  with ``kv_tune_pin_tokens`` the entry's ``max_total_tokens`` caps the pool at the verified one, and the pin then
+  also sets ``--max-total-tokens`` (:func:`tuner_cap` tells that cap from the operator's own on a command line);
 - a trial: ``/run/systemd/system/<unit>.d/90-kv-trial.conf`` (runtime only, gone at reboot, sorts after the pin)
   with ``Restart=no`` (a trial that fails stays down to be classified), guarded by a transient timer
   ``llmserve-kv-revert-<run>-<unit>.timer`` that runs :data:`REVERT_SCRIPT` unless a commit stops it first;
@@ -142,18 +144,38 @@ def _utc(epoch):
         return "?"
 
 
-def dropin_text(unit, text, trial, run_id=None):
-    """The drop-in that sets LLMSERVE_KV_ARGS to ``--mem-fraction-static <text>``: the pin, or a trial of run
-    ``run_id``."""
+def kv_args(text, max_total_tokens=None):
+    """The words LLMSERVE_KV_ARGS holds: ``--mem-fraction-static <text>``, and the pin's cap on the pool when it
+    has one."""
+    words = ["--mem-fraction-static", check_value_text(text)]
+    if max_total_tokens is not None:
+        words += ["--max-total-tokens", str(check_cap(max_total_tokens))]
+    return words
+
+
+def check_cap(tokens):
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise PinError("max_total_tokens must be a positive whole number of tokens, got %r" % (tokens,))
+    return tokens
+
+
+def dropin_text(unit, text, trial, run_id=None, max_total_tokens=None):
+    """The drop-in that sets LLMSERVE_KV_ARGS to ``--mem-fraction-static <text>`` (and, for a pin with a cap,
+    ``--max-total-tokens <max_total_tokens>``): the pin, or a trial of run ``run_id`` (a trial never caps: it
+    measures the pool its value gives)."""
     check_value_text(text)
+    if trial and max_total_tokens is not None:
+        raise PinError("a trial measures the pool its value gives: it takes no max_total_tokens")
     if trial:
         head = ("# llmserve.sglang.kv_tune: UNCONFIRMED trial of --mem-fraction-static %s. Runtime only: gone at\n"
                 "# reboot. Unless the controller confirms it, %s.timer removes this file and\n"
                 "# restarts %s on its last-known-good value.\n" % (text, paths(unit, run_id)["revert_unit"], unit))
     else:
+        capped = "" if max_total_tokens is None else (
+            "# The pool is capped at the one that load verified (kv_tune_pin_tokens).\n")
         head = ("# llmserve.sglang.kv_tune: the pinned --mem-fraction-static of %s, proved stable under a load that\n"
-                "# fills the KV pool. Details: %s.\n" % (unit, FACT_PATH))
-    body = '[Service]\nEnvironment="%s=--mem-fraction-static %s"\n' % (KV_ARGS_VARIABLE, text)
+                "# fills the KV pool. Details: %s.\n%s" % (unit, FACT_PATH, capped))
+    body = '[Service]\nEnvironment="%s=%s"\n' % (KV_ARGS_VARIABLE, " ".join(kv_args(text, max_total_tokens)))
     if trial:
         body += "# A trial that fails stays down: the tuner classifies it instead of systemd retrying it.\nRestart=no\n"
     return head + body
@@ -184,7 +206,53 @@ def check_entry(entry):
     digest = entry.get("fingerprint_hash")
     if not isinstance(digest, str) or not re.match(r"^[0-9a-f]{64}$", digest):
         return "its fingerprint_hash %r is not a sha256" % (digest,)
+    cap = entry.get("max_total_tokens")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        return "its max_total_tokens %r is not a positive whole number" % (cap,)
     return None
+
+
+def pool_cap(tokens, split, class_tokens=None):
+    """(the cap a pin writes with kv_tune_pin_tokens, None) or (None, why it writes none). ``tokens``: the pool the
+    value was verified with; ``split``: whether SGLang splits the model's KV memory between pools (None: unknown);
+    ``class_tokens``: the pool of the class's canary, for a member (the class then serves one pool where memory
+    allows; a member's own smaller pool stays its own)."""
+    if split is None:
+        return None, "neither the model's config.json nor a startup log tells whether SGLang splits its KV pool"
+    if split:
+        return None, ("SGLang applies --max-total-tokens to a hybrid model's pool before it splits it, so the cap "
+                      "would not give the verified pool back")
+    if not tokens:
+        return None, "the verified pool's size is unknown (its startup log did not say)"
+    return (min(tokens, class_tokens) if class_tokens else tokens), None
+
+
+def cap_change(entry, pin_tokens):
+    """What kv_tune_pin_tokens asks of a pin that holds, without a restart: ``cap`` (the pin never decided on a
+    cap), ``uncap`` (it has one and the option is off) or None. A pin that decided on no cap (a hybrid model)
+    records ``max_total_tokens: null`` and stays as it is."""
+    if not entry:
+        return None
+    if pin_tokens and "max_total_tokens" not in entry:
+        return "cap"
+    if not pin_tokens and entry.get("max_total_tokens") is not None:
+        return "uncap"
+    return None
+
+
+def tuner_cap(argv, entry):
+    """(the command line without the pin's cap, that cap): the pin's ``--max-total-tokens`` is the tuner's output,
+    like ``--mem-fraction-static``, and not part of what the server was tuned under. It is the pin's when the
+    command line ends with the words the pin writes (:func:`kv_args`) and the unit's fact ``entry`` records that
+    cap; an operator's own ``--max-total-tokens`` stays in the command line (it sizes the pool a trial measures).
+    (argv, None) otherwise."""
+    cap = (entry or {}).get("max_total_tokens") if isinstance(entry, dict) else None
+    if cap is None or check_entry(entry) is not None or len(argv) < 4:
+        return list(argv), None
+    tail = list(argv[-4:])
+    if tail[0] != "--mem-fraction-static" or tail[2:] != ["--max-total-tokens", str(cap)]:
+        return list(argv), None
+    return list(argv[:-2]), cap
 
 
 def facts_text(current_text, unit, entry):

@@ -80,19 +80,32 @@ def class_plan_units(probes, hosts, force=False):
     return out
 
 
+def _canary_pin(entry, canary_outcome):
+    """What the canary of a member's class pinned (its result's ``after``, or the pin that held), or None."""
+    if not entry or entry.get("role") != "member":
+        return None
+    res = canary_outcome or {}
+    if res.get("status") == "tuned" and res.get("result"):
+        return res["result"]["after"]
+    if res.get("status") == "unchanged" and res.get("pin"):
+        return res["pin"]
+    return None
+
+
 def class_value(entry, canary_outcome=None):
     """The value a member of a class verifies (before the margin), or None: its own search. ``entry``: its
     class_plan entry; ``canary_outcome``: what the canary's kv_tune returned (None: it did not run or answer)."""
-    if not entry or entry.get("role") != "member":
-        return None
-    if entry.get("value") is not None:
+    if entry and entry.get("role") == "member" and entry.get("value") is not None:
         return entry["value"]
-    res = canary_outcome or {}
-    if res.get("status") == "tuned" and res.get("result"):
-        return res["result"]["after"]["mem_fraction_static"]
-    if res.get("status") == "unchanged" and res.get("pin"):
-        return res["pin"].get("mem_fraction_static")
-    return None
+    return (_canary_pin(entry, canary_outcome) or {}).get("mem_fraction_static")
+
+
+def class_tokens(entry, canary_outcome=None):
+    """The pool the canary of a member's class verified (what kv_tune_pin_tokens caps the class at), or None when
+    the member's value did not come from its canary's outcome."""
+    if entry and entry.get("value") is not None:
+        return None
+    return (_canary_pin(entry, canary_outcome) or {}).get("tokens")
 
 
 def verify_value(value, settings):

@@ -22,10 +22,11 @@ def fraction_text(value, resolution=None, text=None):
 
 
 def unchanged_line(host, unit, pin):
-    return ("%s: %s keeps %s (%s KV tokens), pinned %s: fingerprint unchanged."
+    return ("%s: %s keeps %s (%s KV tokens%s), pinned %s: fingerprint unchanged."
             % (host, unit, fraction_text(pin.get("mem_fraction_static"), pin.get("settings", {}).get("resolution"),
                                          pin.get("text")),
-               token_count(pin.get("tokens")), pin.get("time", "?")))
+               token_count(pin.get("tokens")), ", capped there" if pin.get("max_total_tokens") else "",
+               pin.get("time", "?")))
 
 
 def watch_note(watch):
@@ -68,6 +69,8 @@ def result_line(result):
     if verify:
         note += (", the class's value held" if verify["held"] else
                  ", the class's value %s did not hold: searched on its own" % fraction_text(verify["value"], resolution))
+    if after.get("max_total_tokens"):
+        note += ", the pool capped at %s tokens from the next start" % token_count(after["max_total_tokens"])
     return ("%s: %s -> %s, KV %s -> %s tokens%s, %d restart%s%s"
             % (result["host"], fraction_text(before.get("mem_fraction_static"), resolution, before.get("text")),
                fraction_text(after.get("mem_fraction_static"), resolution, after.get("text")), token_count(before.get("tokens")),

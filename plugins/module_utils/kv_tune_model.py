@@ -32,6 +32,22 @@ def model_inputs(config, memory_args, sglang_version, environment=None):
             "hybrid_state": shape.linear_state is not None, "post_capture_sizing": after_capture}
 
 
+def split_pool(config, boots):
+    """Whether SGLang splits this model's KV memory between pools (full and sliding-window layers, or a
+    linear-attention state pool beside the KV pool), from its startup logs ``boots`` or else its config.json; None
+    when neither tells."""
+    boots = [boot for boot in boots if boot]
+    if any(boot.get(key) is not None for boot in boots for key in ("swa_tokens", "full_tokens", "mamba_cache_size")):
+        return True
+    if config is not None:
+        try:
+            shape = kv_shape.model_shape(config)
+        except kv_base.KvModelError:
+            return None
+        return shape.swa_layers > 0 or shape.linear_state is not None
+    return False if any(boot.get("max_total_num_tokens") for boot in boots) else None
+
+
 def effective_memory(boot):
     """(P, A) of a boot in terms of the command line's --mem-fraction-static. SGLang 0.4.x sized a multimodal model's
     pool with s * f (it said so: mem_fraction_static_source 'multimodal_reduction'); A - P * (1 - s * f) is
@@ -76,15 +92,19 @@ def pool_residual_gib(config, memory_args, sglang_version, environment, boot):
     (the formula's tokens - the logged tokens) x the formula's pool bytes per token. Whatever the formula leaves out
     (a LoRA buffer, a workspace taken before the pool) is the same at every boot of one configuration, so the figure
     is too, to SGLang's 0.01 GB of rounding, unless memory moved while SGLang measured the free memory again and sized
-    the pool. None when it cannot be computed: no config, no P, A, f or pool in the log, a 0.4.x multimodal
-    reduction, a pool sized after CUDA-graph capture, a model the formula does not read."""
+    the pool. None when it cannot be computed: no config, no P, A, f or pool in the log, a pool at its
+    --max-total-tokens, a 0.4.x multimodal reduction, a pool sized after CUDA-graph capture, a model the formula does
+    not read."""
     boot, args = boot or {}, memory_args or {}
     p, a = boot.get("pre_load_free_gib"), boot.get("post_load_free_gib")
     f = (boot.get("server_args") or {}).get("mem_fraction_static") or boot.get("mem_fraction_static")
     logged = boot.get("max_total_num_tokens") or boot.get("kv_tokens")
+    cap = (boot.get("server_args") or {}).get("max_total_tokens")
     if config is None or not p or not a or not f or not isinstance(logged, int) or logged <= 0 \
             or boot.get("mem_fraction_static_source") == "multimodal_reduction":
         return None
+    if isinstance(cap, int) and logged >= cap:
+        return None     # the pool is its --max-total-tokens (the pin's, or the operator's): it tells of no budget
     try:
         shape = kv_shape.model_shape(config, dtype=args.get("dtype") or "auto")
         if kv_capacity_report.post_capture_sizing(shape, sglang_version, environment or {}):

@@ -18,15 +18,16 @@ The search itself is :class:`kv_tune.Tuner`'s; a :class:`UnitRun` turns its step
 """
 from __future__ import annotations
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode, kv_search
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode, kv_pin, kv_search
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import (
     look_findings, pool_findings, start_findings)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_search import value_text
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune import Tuner
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_classes import class_value, verify_value
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import report_markdown, result_line, watch_summary
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_classes import class_tokens, class_value, verify_value
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import (
+    fraction_text, report_markdown, result_line, token_count, watch_summary)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import (
-    lower_bound, model_inputs, pool_residual_gib)
+    lower_bound, model_inputs, pool_residual_gib, split_pool)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_nodes import NodeSteps, RunFailed, call, say
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import check_settings, with_defaults
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import (
@@ -187,6 +188,10 @@ class UnitRun(NodeSteps):
         self.lock_held = lock_held  # the caller (rollout.yml) holds the lock as run_id, and releases it itself
         self.changed = False
         self.sizing = "A - P x (1 - f)"   # how SGLang sizes the pool: its formula, or after CUDA-graph capture
+        self.seen_boots = []    # the startup logs the run read: whether SGLang splits the pool (kv_tune_pin_tokens)
+        self.class_tokens = None    # a member of a class: its canary's verified pool
+        self.cap = None         # the pool cap the last commit pinned (kv_tune_pin_tokens)
+        self.no_cap_said = False    # why a pin caps no pool, said once
 
     # -- module calls --------------------------------------------------------------------------------------------
 
@@ -321,7 +326,7 @@ class UnitRun(NodeSteps):
         plan, safe = None, None
         for _attempt in range(SETTLE_STEPS):
             plan = plan_start(info, self.label, settings["unit"], settings["force"], self.check_mode, self.run_id,
-                              others)
+                              others, settings["pin_tokens"])
             if plan["do"] not in ("restart", "revert", "disarm"):
                 break
             if plan["do"] != "disarm" and info.get("fingerprint"):
@@ -345,6 +350,8 @@ class UnitRun(NodeSteps):
             if plan["do"] == "report":
                 yield say(plan["line"])
                 return self._report(plan["status"], plan["why"], plan["line"], info)
+            if plan["do"] == "repin":
+                return (yield from self._repin(info, plan))
             if plan["do"] != "tune":
                 raise RunFailed("%s did not settle before the search (%s)" % (settings["unit"], plan.get("why")))
         lower_to = (info.get("watch") or {}).get("lower_to")
@@ -380,6 +387,44 @@ class UnitRun(NodeSteps):
                 "fingerprint_hash": info.get("fingerprint_hash"), "other_gib": other_gib(info.get("gpu_memory")),
                 "watch": watch_summary(info.get("watch"))}
 
+    def _repin(self, info, plan):
+        """kv_tune_pin_tokens changed on a unit whose pin holds: the pin's cap on the pool written or removed, without
+        a restart (the server runs the value; the cap applies from its next start, and only ever shrinks a pool)."""
+        yield from self._lock()
+        entry = dict(info["pin"])
+        why_not = None
+        if plan["change"] == "cap":
+            split = split_pool(info.get("config"), [(yield from self._boot())])
+            entry["max_total_tokens"], why_not = kv_pin.pool_cap(entry.get("tokens"), split)
+        else:
+            del entry["max_total_tokens"]
+        yield from self._trial("committed", entry.get("text") or value_text(entry["mem_fraction_static"]), entry)
+        kept = "%s: %s keeps %s" % (self.label, self.args["unit"], fraction_text(
+            entry["mem_fraction_static"], (entry.get("settings") or {}).get("resolution"), entry.get("text")))
+        if entry.get("max_total_tokens"):
+            line = ("%s; its pin now caps the pool at %s tokens, the verified one, from the next start "
+                    "(kv_tune_pin_tokens; no restart)." % (kept, token_count(entry["max_total_tokens"])))
+        elif why_not:
+            line = "%s; kv_tune_pin_tokens: its pin caps no pool: %s." % (kept, why_not)
+        else:
+            line = "%s; its pin no longer caps the pool, from the next start (kv_tune_pin_tokens is off; no restart)." \
+                % kept
+        yield say(line)
+        return self._report("unchanged", plan["why"], line, dict(info, pin=entry))
+
+    def _pin_entry(self, entry, info):
+        """A commit's fact entry; with kv_tune_pin_tokens, with the cap on the pool that the pin then writes
+        (kv_pin.pool_cap: the verified pool, None for a hybrid model), said once when there is none."""
+        if not self.s["pin_tokens"]:
+            return entry
+        cap, why_not = kv_pin.pool_cap(entry.get("tokens"), split_pool(info.get("config"), self.seen_boots),
+                                       self.class_tokens)
+        if why_not is not None and not self.no_cap_said:
+            self.no_cap_said = True
+            yield say("%s: kv_tune_pin_tokens: the pin caps no pool: %s" % (self.label, why_not))
+        self.cap = cap
+        return dict(entry, max_total_tokens=cap)
+
     def _tuner(self, info, model, safe, plan):
         """The search's starting point: the running server's boot (or the failed start's), the value it runs, and
         where to start (kv_tune_start.first_value)."""
@@ -400,6 +445,7 @@ class UnitRun(NodeSteps):
             if self.ranks is not None:   # the server's P and A: the least of any node's, as it joined
                 boot = kv_multinode.server_boot(boot, self.boots)
         self._judge_pool(boot)   # the running start, measured before any restart, is the pool's reference
+        self.seen_boots.append(boot)
         running_value = info["mem_fraction_static"]
         if running_value is None:
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
@@ -436,6 +482,7 @@ class UnitRun(NodeSteps):
             found = self.outcome_of(canary)
             outcome = unit_outcome(found, entry["canary_unit"]) if found is not None else None
         value = class_value(entry, outcome)
+        self.class_tokens = class_tokens(entry, outcome)
         if value is None:
             if entry.get("role") == "member":
                 yield say("%s: the canary %s of its class found no value: a search of its own"
@@ -496,13 +543,16 @@ class UnitRun(NodeSteps):
                 observation = {"ready": (yield self._ready(reverted.get("invocation_id"))),
                                "running": (yield self._fingerprint())}
             else:  # commit a new best, or pin: the fact records every trial
-                observation = yield from self._trial("committed", step["text"], tuner.fact_entry(self.clock()))
+                entry = yield from self._pin_entry(tuner.fact_entry(self.clock()), info)
+                observation = yield from self._trial("committed", step["text"], entry)
             was_trial = step["do"] == "trial"
             step = tuner.advance(observation)
             if was_trial:
                 yield say(tuner.progress_line())
         result = tuner.result(step["status"], started, self.clock(), (info["fingerprint"] or {}).get("versions"))
         result["kv_sizing"] = self.sizing
+        if self.cap is not None and step["status"] == "tuned":
+            result["after"]["max_total_tokens"] = self.cap
         line = result_line(result)
         yield say(line)
         out = {"changed": True, "status": step["status"], "why": tuner.reason, "line": line, "pin": info["pin"],
@@ -543,6 +593,7 @@ class UnitRun(NodeSteps):
             stress = kv_multinode.merge_samples(stress, seen) if stress is not None else None
             boot = kv_multinode.server_boot(boot, {host: ack.get("boot") for host, ack in seen.items()})
         boot = self._judge_pool(boot)
+        self.seen_boots.append(boot)
         return {"started": started, "ready": ready, "stress": stress, "boot": boot,
                 "running": running if running["running"] else None}
 

@@ -98,6 +98,7 @@ def check_settings(raw):
     need(0 <= settings["class_margin_steps"] <= 20,
          "kv_tune_class_margin_steps must be a whole number of grid steps in [0, 20] (got %s)."
          % raw.get("class_margin_steps"))
+    settings["pin_tokens"] = bool(raw.get("pin_tokens"))
     settings["run_id"] = raw.get("run_id")
     if settings["run_id"] is not None:
         try:

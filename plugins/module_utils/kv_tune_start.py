@@ -59,7 +59,7 @@ def gpu_imbalance(gpu_memory):
                          BALANCE * 100))
 
 
-def plan_start(info, host, unit, force=False, check_mode=False, run_id=None, others=None):
+def plan_start(info, host, unit, force=False, check_mode=False, run_id=None, others=None, pin_tokens=None):
     """What to do with a unit before any search, from kv_fingerprint's result ``info``, in this order:
 
     - ``{"do": "refuse", "msg"}``: its ExecStart does not take the tuner's value, another live run holds its lock, or
@@ -71,6 +71,9 @@ def plan_start(info, host, unit, force=False, check_mode=False, run_id=None, oth
     - ``{"do": "disarm", "why"}``: revert timers of an earlier run are armed without a trial (they would restart a
       healthy server later): stop them, then ask again;
     - ``{"do": "report", "status", "why", "line"}``: nothing to do (``unchanged``), or check mode (``would_tune``);
+    - ``{"do": "repin", "change", "why"}``: the pin holds, but ``pin_tokens`` (kv_tune_pin_tokens; None: not judged,
+      as on the other nodes of a server, which node 0's pin leads) asks it to cap the pool or no longer to
+      (kv_pin.cap_change): rewrite the pin, no restart;
     - ``{"do": "tune", "why", "dry_run", "line"}``: tune, or (``dry_run``, check mode) say that it would.
 
     Every step but ``report`` and ``refuse`` changes the host: the caller (run ``run_id``) takes the unit's lock first;
@@ -105,6 +108,15 @@ def plan_start(info, host, unit, force=False, check_mode=False, run_id=None, oth
         return first
     reason = retune_reason(info["pin"], info["fingerprint"], info["fingerprint_hash"], info["mem_fraction_static"],
                            force, info.get("pin_error"), info.get("watch")) or others
+    change = kv_pin.cap_change(info["pin"], pin_tokens) if reason is None and pin_tokens is not None else None
+    if change is not None:
+        why = ("kv_tune_pin_tokens: the pin caps the pool at the verified one from the next start, no restart"
+               if change == "cap" else "kv_tune_pin_tokens is off: the pin's cap of %d tokens goes from the next "
+               "start, no restart" % info["pin"]["max_total_tokens"])
+        if check_mode:
+            return {"do": "report", "status": "would_tune", "why": why,
+                    "line": "%s: %s: %s; check mode changes nothing." % (host, unit, why)}
+        return {"do": "repin", "change": change, "why": why}
     if reason is None:
         return {"do": "report", "status": "unchanged", "why": None,
                 "line": unchanged_line(host, unit, info["pin"]) + watch_note(info.get("watch"))}

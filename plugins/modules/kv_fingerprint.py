@@ -250,10 +250,21 @@ fingerprint_hash:
   type: str
   sample: 5d41402abc4b2a76b9719d911017c592ae2b0b5ab0d1b5a1f3f0b4c8d2f3e4a1
 server_args:
-  description: The server's arguments from its command line, keyed by field name (tp_size), secrets as V([REDACTED]).
+  description:
+    - The server's arguments from its command line, keyed by field name (tp_size), secrets as V([REDACTED]).
+    - Without the pin's own C(--max-total-tokens) (RV(tokens_cap)), which is the tuner's output, not an input.
   returned: success
   type: dict
   sample: {"model_path": "/models/deepseek-v3", "tp_size": "8", "mem_fraction_static": "0.88", "port": "30000"}
+tokens_cap:
+  description:
+    - The pool cap that the pin wrote (C(kv_tune_pin_tokens)) and that the command line runs with, V(null) when it
+      runs none (no cap pinned, or a start from before the cap was pinned). The tail
+      C(--mem-fraction-static F --max-total-tokens N) of the command line is the pin's when N is the pin's
+      C(max_total_tokens); an operator's own C(--max-total-tokens) stays in RV(server_args) and the fingerprint.
+  returned: success
+  type: int
+  sample: 202389
 mem_fraction_static:
   description: The C(--mem-fraction-static) on the command line; V(null) when SGLang picks its default.
   returned: success
@@ -333,7 +344,7 @@ _UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "Invocati
 _NO_FINGERPRINT = dict(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
                        api_key_set=None, url=None, model_path=None, model_config=None, config=None, checkpoint_bytes=None,
                        sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, configured_gpus=None,
-                       sizing_environment=None, source=None)
+                       sizing_environment=None, source=None, tokens_cap=None)
 
 
 def exec_path(exec_start):
@@ -537,6 +548,8 @@ def main() -> None:
         argv, started = configured_argv(state.get("ExecStart"), state.get("Environment")), None
         if not argv or "--model-path" not in argv:
             module.exit_json(**dict(_NO_FINGERPRINT, **unit_facts))
+    # The pin's cap is the tuner's output: the server was tuned without it (a trial never runs one).
+    argv, unit_facts["tokens_cap"] = kv_pin.tuner_cap(argv, pin)
     try:
         found = describe(module, fp_reader, state, argv, started, pid if unit_facts["running"] else None)
     except Unavailable as exc:

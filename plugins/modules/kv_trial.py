@@ -26,7 +26,8 @@ description:
   - O(state=committed) makes the value the last-known-good one. It writes the pinned drop-in
     C(/etc/systemd/system/<unit>.d/50-kv-tune.conf) and, with O(fact), the unit's entry in the local fact file (a
     fact file that is not JSON is moved aside, with a warning), stops the timer, removes the trial drop-in and
-    reloads systemd. It does not restart, since the server runs the value.
+    reloads systemd. It does not restart, since the server runs the value. When the entry has a C(max_total_tokens)
+    (C(kv_tune_pin_tokens)), the pin also sets C(--max-total-tokens) to it, from the next start on.
   - O(state=prepared) writes what O(state=committed) with the same O(value) and O(fact) would write, next to each
     file (C(<file>.kv-next)), and changes nothing that systemd or Ansible reads. A full disk or a read-only
     directory fails here, on every node of a server that spans hosts, before any of them commits. O(state=committed)
@@ -83,8 +84,9 @@ options:
     type: int
     default: 3600
   fact:
-    description: With O(state=prepared) and O(state=committed), the unit's entry in O(fact_path) (what proved the
-      value).
+    description:
+      - With O(state=prepared) and O(state=committed), the unit's entry in O(fact_path) (what proved the value).
+      - Its C(max_total_tokens), when set, is the pool the value was verified with; the pin then caps the pool there.
     type: dict
   fact_path:
     description: The local fact file of the pins (JSON, one entry per unit).
@@ -335,7 +337,8 @@ class KvTrial(object):
 
     def commit_files(self, value, fact, fact_path):
         """[(path, text)] that make ``value`` (and ``fact``) the unit's last-known-good one."""
-        files = [(self.paths["pin"], kv_pin.dropin_text(self.unit, value, trial=False))]
+        cap = (fact or {}).get("max_total_tokens")
+        files = [(self.paths["pin"], kv_pin.dropin_text(self.unit, value, trial=False, max_total_tokens=cap))]
         if fact is not None:
             # Read first: a fact file that cannot be updated stops the commit before the pin changes.
             try:

@@ -139,6 +139,19 @@ options:
     description: This host's units' parts in their classes (unit -> the P(llmserve.sglang.kv_tune_class_plan#filter)
       entry); the canary's value is read from its registered C(kv_tune_outcome).
     type: dict
+  pin_tokens:
+    description:
+      - Each pin also sets C(--max-total-tokens) to the pool its value was verified with (the pin's C(tokens)), from
+        the server's next start on, so that every restart serves that pool, never a larger one that no load
+        verified. A member of a class that verifies its canary's value caps at the least of its own and its canary's
+        verified pool.
+      - Not for hybrid models (sliding-window or linear-attention state pools), where SGLang applies the cap before it
+        splits the pool - the cap would not give the verified pool back; their pins stay uncapped, and the line says so.
+      - Changing it on a pinned unit rewrites its pin without a restart (the cap is the tuner's output, not part of
+        the fingerprint); it applies from the next start. A cap never enlarges a pool; one that starts smaller is
+        named by the headroom watch's pool check.
+    type: bool
+    default: false
   watch:
     description:
       - "Read each unit's headroom watch (role llmserve.sglang.sglang_service with C(sglang_service_kv_watch)) and act

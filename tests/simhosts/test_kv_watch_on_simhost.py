@@ -10,8 +10,10 @@ lengths, bursts) that never fills the pool is not_enough_traffic; traffic that f
 that asks for the logprobs of its prompts (memory no stress load takes) comes within the margin: tune_kv.yml lowers
 the pin by the memory it missed and verifies that under the load. The lowered pin then has headroom under the
 plain traffic: proposed, and with kv_tune_watch_action=act searched from. A pool that comes back smaller at the same
-value is named as the reason to tune again, and the re-tune pins what holds with that memory gone. The capacity
-report shows the production headroom and draws its timeline.
+value is named as the reason to tune again, and the re-tune pins what holds with that memory gone. With
+kv_tune_pin_tokens the pin caps the pool at the verified one: turned on, without a restart; after the memory is
+freed again, a restart serves the verified pool, not a larger one, and the pin still holds. The capacity report
+shows the production headroom and draws its timeline.
 """
 from __future__ import annotations
 
@@ -171,6 +173,15 @@ def test_the_watch_follows_a_restart_garbage_on_metrics_and_a_full_disk(host):
     assert ssh(HOST, f"systemctl show -p MainPID --value {WATCH}").strip() == watch_pid
 
 
+def test_kv_tune_pin_tokens_caps_a_pin_that_holds_without_a_restart(host, tmp_path):
+    pinned, started = fact(HOST), invocation(HOST)
+    run = tune(host, tmp_path, kv_tune_pin_tokens=True)
+    assert run.status == "successful", run.stdout[-6000:]
+    assert f"its pin now caps the pool at {pinned['tokens']:,} tokens, the verified one" in run.stdout, run.stdout[-6000:]
+    assert invocation(HOST) == started and fact(HOST)["max_total_tokens"] == pinned["tokens"]
+    assert f"--max-total-tokens {pinned['tokens']}" in ssh(HOST, "cat /etc/systemd/system/sglang.service.d/50-kv-tune.conf")
+
+
 def test_a_pool_that_comes_back_smaller_at_the_same_value_is_named(host, tmp_path):
     pinned = fact(HOST)
     since = host_time()
@@ -181,7 +192,8 @@ def test_a_pool_that_comes_back_smaller_at_the_same_value_is_named(host, tmp_pat
         ssh(HOST, "systemctl restart sglang.service")
         assert wait_for(lambda: any(record["pool_tokens"] and record["pool_tokens"] < pinned["tokens"] * 0.9
                                     for record in windows(since)), 60), windows(since)
-        run = tune(host, tmp_path)
+        # The cap pinned before (the larger pool) does not hide the smaller one.
+        run = tune(host, tmp_path, kv_tune_pin_tokens=True)
     finally:
         set_faults(HOST)
     assert "the pool came back" in run.stdout and "smaller at the same value" in run.stdout, run.stdout[-8000:]
@@ -192,3 +204,22 @@ def test_a_pool_that_comes_back_smaller_at_the_same_value_is_named(host, tmp_pat
     assert all(trial["min_free_gib"] >= pinned["settings"]["safety_gib"] for trial in result["trials"]
                if trial["outcome"] == "stable" and trial["f"] == result["after"]["mem_fraction_static"]), result
     assert running_fraction(HOST) == pytest.approx(fact(HOST)["mem_fraction_static"])
+
+    # The re-tune pinned the pool it verified with that memory held. Freed, that memory would give the same value a
+    # pool larger by about a fifth at the next start: the pin's cap keeps the verified one, and the next run finds
+    # the pin holding (the cap is the pin's own, not a change of the server's arguments).
+    retuned = fact(HOST)
+    assert retuned["max_total_tokens"] == retuned["tokens"] == result["after"]["tokens"], retuned
+    ssh(HOST, "systemctl restart sglang.service")
+    started = invocation(HOST)
+
+    def pools() -> set:
+        return {record["pool_tokens"] for record in windows() if record["invocations"] == [started]
+                and record["pool_tokens"]}
+
+    assert wait_for(pools, 60), windows()[-3:]
+    assert pools() == {retuned["tokens"]}, windows()[-3:]
+    again = tune(host, tmp_path / "again", kv_tune_pin_tokens=True)
+    assert again.status == "successful", again.stdout[-6000:]
+    assert f"({retuned['tokens']:,} KV tokens, capped there)" in again.stdout, again.stdout[-6000:]
+    assert invocation(HOST) == started

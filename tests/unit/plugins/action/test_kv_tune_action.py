@@ -47,7 +47,8 @@ TAKE_THE_KEY = ("sglang_ready", "kv_stress")
 class Host(object):
     """The case's script: each entry ``[what, answer]`` is the next call expected. ``what`` is the module's short
     name (``kv_trial`` with its state and value: ``kv_trial started 0.910``), or ``nodes <kind>`` for a message to
-    the other nodes; a third item, arguments the call must have. kv_fingerprint's and sglang_startup_facts' answers are overrides of INFO and BOOT; an answer
+    the other nodes; a third item, arguments the call must have (a dict: those of its keys, with these values).
+    kv_fingerprint's and sglang_startup_facts' answers are overrides of INFO and BOOT; an answer
     ``{raise: ChannelTimeout | RuntimeError, msg}`` raises that instead."""
 
     def __init__(self, script):
@@ -63,8 +64,11 @@ class Host(object):
         expected, answer, with_args = self.script.pop(0)
         assert what == expected, "call %d: %s (%s), the script expects %s" % (len(self.calls), what, args, expected)
         for key, value in (with_args or {}).items():
-            assert (args or {}).get(key) == value, "call %d: %s with %s=%r, the script expects %r" % (
-                len(self.calls), what, key, (args or {}).get(key), value)
+            found = (args or {}).get(key)
+            if isinstance(value, dict) and isinstance(found, dict):
+                found = {name: found.get(name, "(absent)") for name in value}
+            assert found == value, "call %d: %s with %s=%r, the script expects %r" % (
+                len(self.calls), what, key, found, value)
         answer = copy.deepcopy(answer)
         if isinstance(answer, dict) and "raise" in answer:
             raise {"ChannelTimeout": ChannelTimeout, "RuntimeError": RuntimeError,

@@ -57,6 +57,11 @@ def test_bad_run_ids(run_id):
     ({"mem_fraction_static": 1.5, "fingerprint_hash": "a" * 64}, "mem_fraction_static 1.5"),
     ({"mem_fraction_static": 0.91}, "fingerprint_hash None"),
     (["0.91"], "its entry is a list"),
+    ({"mem_fraction_static": 0.91, "fingerprint_hash": "a" * 64, "max_total_tokens": 202389}, None),
+    ({"mem_fraction_static": 0.91, "fingerprint_hash": "a" * 64, "max_total_tokens": None}, None),
+    ({"mem_fraction_static": 0.91, "fingerprint_hash": "a" * 64, "max_total_tokens": "202389"},
+     "max_total_tokens '202389'"),
+    ({"mem_fraction_static": 0.91, "fingerprint_hash": "a" * 64, "max_total_tokens": True}, "max_total_tokens True"),
 ])
 def test_check_entry(entry, problem):
     found = kv_pin.check_entry(entry)
@@ -82,3 +87,69 @@ def test_dropin_values(text):
 def test_dropin_refuses_anything_but_a_plain_fraction(text):
     with pytest.raises(kv_pin.PinError):
         kv_pin.dropin_text("sglang.service", text, trial=True)
+
+
+def test_a_pin_with_a_cap_sets_both_flags_and_a_trial_never_caps():
+    text = kv_pin.dropin_text("sglang.service", "0.910", trial=False, max_total_tokens=202389)
+    assert 'Environment="LLMSERVE_KV_ARGS=--mem-fraction-static 0.910 --max-total-tokens 202389"' in text
+    assert "capped at the one that load verified" in text
+    with pytest.raises(kv_pin.PinError, match="takes no max_total_tokens"):
+        kv_pin.dropin_text("sglang.service", "0.910", trial=True, max_total_tokens=202389)
+    for cap in (0, -5, 1.5, "202389", True):
+        with pytest.raises(kv_pin.PinError, match="positive whole number"):
+            kv_pin.dropin_text("sglang.service", "0.910", trial=False, max_total_tokens=cap)
+
+
+ENTRY = {"mem_fraction_static": 0.91, "fingerprint_hash": "a" * 64, "max_total_tokens": 202389}
+BASE = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/m"]
+
+
+@pytest.mark.parametrize("argv, entry, stripped, cap", [
+    # the pin's words at the end, and the pin records that cap: the tuner's output, taken out
+    (BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389"], ENTRY,
+     BASE + ["--mem-fraction-static", "0.910"], 202389),
+    # a start from before the cap was pinned (the trial the pin was committed on)
+    (BASE + ["--mem-fraction-static", "0.910"], ENTRY, BASE + ["--mem-fraction-static", "0.910"], None),
+    # the operator's own cap, with no pinned cap: it stays (it sizes what a trial measures)
+    (BASE + ["--max-total-tokens", "100000", "--mem-fraction-static", "0.910"], dict(ENTRY, max_total_tokens=None),
+     BASE + ["--max-total-tokens", "100000", "--mem-fraction-static", "0.910"], None),
+    # the operator's own cap before the pin's: only the pin's goes
+    (BASE + ["--max-total-tokens", "300000", "--mem-fraction-static", "0.910", "--max-total-tokens", "202389"],
+     ENTRY, BASE + ["--max-total-tokens", "300000", "--mem-fraction-static", "0.910"], 202389),
+    # a cap the pin did not write (a hand edit of the drop-in): the server's input, so the fingerprint moves
+    (BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "150000"], ENTRY,
+     BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "150000"], None),
+    # an operator's command line that happens to end the same way, with no pin or a pin without a cap
+    (BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389"], None,
+     BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389"], None),
+    (BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389"], {"max_total_tokens": 202389},
+     BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389"], None),
+])
+def test_tuner_cap_takes_out_only_the_pins_own_cap(argv, entry, stripped, cap):
+    assert kv_pin.tuner_cap(argv, entry) == (stripped, cap)
+
+
+@pytest.mark.parametrize("tokens, split, class_tokens, cap, why", [
+    (202389, False, None, 202389, None),
+    (202389, False, 200000, 200000, None),    # a member with more memory than its canary: the class's pool
+    (190000, False, 200000, 190000, None),    # one with less: its own, never more than verified on it
+    (202389, True, None, None, "applies --max-total-tokens to a hybrid model's pool before it splits it"),
+    (202389, None, None, None, "neither the model's config.json nor a startup log tells"),
+    (None, False, None, None, "the verified pool's size is unknown"),
+])
+def test_pool_cap(tokens, split, class_tokens, cap, why):
+    found, why_not = kv_pin.pool_cap(tokens, split, class_tokens)
+    assert found == cap and (why_not is None) == (why is None) and (why is None or why in why_not), why_not
+
+
+@pytest.mark.parametrize("entry, pin_tokens, change", [
+    ({"mem_fraction_static": 0.91}, True, "cap"),
+    ({"mem_fraction_static": 0.91}, False, None),
+    ({"mem_fraction_static": 0.91, "max_total_tokens": 202389}, True, None),
+    ({"mem_fraction_static": 0.91, "max_total_tokens": 202389}, False, "uncap"),
+    ({"mem_fraction_static": 0.91, "max_total_tokens": None}, True, None),    # decided: a hybrid model's
+    ({"mem_fraction_static": 0.91, "max_total_tokens": None}, False, None),
+    (None, True, None),
+])
+def test_cap_change(entry, pin_tokens, change):
+    assert kv_pin.cap_change(entry, pin_tokens) == change

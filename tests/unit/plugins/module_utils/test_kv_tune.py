@@ -341,6 +341,41 @@ def test_plan_start(changes, force, check_mode, expected):
         assert plan["line"].endswith("fingerprint unchanged.")
 
 
+@pytest.mark.parametrize("pin_changes, pin_tokens, check_mode, expected", [
+    ({}, True, False, {"do": "repin", "change": "cap"}),
+    ({}, True, True, {"do": "report", "status": "would_tune"}),
+    ({"max_total_tokens": 202389}, True, False, {"do": "report", "status": "unchanged"}),
+    ({"max_total_tokens": 202389}, False, False, {"do": "repin", "change": "uncap"}),
+    ({"max_total_tokens": 202389}, None, False, {"do": "report", "status": "unchanged"}),   # another node of a server
+    ({}, None, False, {"do": "report", "status": "unchanged"}),
+])
+def test_plan_start_rewrites_a_pin_that_holds_for_kv_tune_pin_tokens(pin_changes, pin_tokens, check_mode, expected):
+    info = dict(INFO, pin=dict(PIN, **pin_changes))
+    plan = kv_tune_start.plan_start(info, "h1", "sglang.service", check_mode=check_mode, pin_tokens=pin_tokens)
+    assert {key: plan.get(key) for key in expected} == expected, plan
+    if plan["do"] == "repin" or plan.get("status") == "would_tune":
+        assert "no restart" in plan["why"]
+    # a pin that needs tuning anyway is tuned: the commit writes the cap
+    plan = kv_tune_start.plan_start(dict(info, fingerprint_hash="H2"), "h1", "sglang.service", pin_tokens=pin_tokens)
+    assert plan["do"] == "tune"
+
+
+def test_split_pool_from_the_logs_or_the_config():
+    configs = Path(__file__).parents[3] / "fixtures" / "configs"
+    llama = json.loads((configs / "llama-3.1-70b.json").read_text())
+    linear = json.loads((configs / "qwen3.5-9b.json").read_text())
+    swa = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num_hidden_layers": 36,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "hidden_size": 2880,
+           "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18, "torch_dtype": "bfloat16"}
+    assert kv_tune_model.split_pool(llama, [{}]) is False
+    assert kv_tune_model.split_pool(linear, []) is True and kv_tune_model.split_pool(swa, []) is True
+    assert kv_tune_model.split_pool(llama, [{"swa_tokens": 1368, "full_tokens": 1710}]) is True
+    assert kv_tune_model.split_pool(None, [{"max_total_num_tokens": 5, "mamba_cache_size": 186}]) is True
+    assert kv_tune_model.split_pool(None, [{"max_total_num_tokens": 5}]) is False
+    assert kv_tune_model.split_pool(None, [{}]) is None
+    assert kv_tune_model.split_pool({"architectures": ["Nothing"]}, []) is None
+
+
 GIB = 2 ** 30
 
 
@@ -455,6 +490,19 @@ def test_a_pin_of_the_same_fingerprint_needs_no_canary_unless_forced():
 ])
 def test_the_value_a_member_verifies(entry, outcome, expected):
     assert kv_tune_classes.class_value(entry, outcome) == expected
+
+
+@pytest.mark.parametrize("entry, outcome, expected", [
+    ({"role": "member", "value": None}, {"status": "tuned", "result": {"after": {"mem_fraction_static": 0.91,
+                                                                                 "tokens": 202389}}}, 202389),
+    ({"role": "member", "value": None}, {"status": "unchanged", "pin": {"mem_fraction_static": 0.9, "tokens": 190000}},
+     190000),
+    ({"role": "member", "value": 0.93}, {"status": "unchanged", "pin": {"tokens": 190000}}, None),   # a held pin's value
+    ({"role": "member", "value": None}, None, None),
+    ({"role": "canary", "value": None}, {"status": "tuned", "result": {"after": {"tokens": 1}}}, None),
+])
+def test_the_pool_a_member_is_capped_at_is_its_canarys(entry, outcome, expected):
+    assert kv_tune_classes.class_tokens(entry, outcome) == expected
 
 
 @pytest.mark.parametrize("value, changes, expected", [

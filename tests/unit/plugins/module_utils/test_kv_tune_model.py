@@ -61,3 +61,16 @@ def test_a_boot_the_formula_cannot_judge_gives_none(change):
     assert pool_residual_gib(_config("kimi-k2.5-int4.json"), sa.memory_args(boot["server_args"]), "0.5.9", {},
                              boot) is None
     assert pool_residual_gib(None, {}, "0.5.9", {}, _boot("field_kimi_k25_rtx6000_tp8_eagle3.log")) is None
+
+
+def test_a_pool_at_its_cap_tells_of_no_budget():
+    # A start that ran a --max-total-tokens (the pin's, kv_tune_pin_tokens) at or below what the budget gives: its
+    # pool is the cap, whatever memory it had, so it neither is the run's reference nor is judged against one.
+    boot = _boot("field_kimi_k25_rtx6000_tp8_eagle3.log")
+    tokens, config = boot["max_total_num_tokens"], _config("kimi-k2.5-int4.json")
+    capped = dict(boot, server_args=dict(boot["server_args"], max_total_tokens=tokens))
+    assert pool_residual_gib(config, sa.memory_args(boot["server_args"]), "0.5.9", {}, capped) is None
+    # a cap above the pool did not bind: the budget is judged as without it
+    loose = dict(boot, server_args=dict(boot["server_args"], max_total_tokens=tokens + 1))
+    assert pool_residual_gib(config, sa.memory_args(boot["server_args"]), "0.5.9", {}, loose) == pytest.approx(
+        pool_residual_gib(config, sa.memory_args(boot["server_args"]), "0.5.9", {}, boot))

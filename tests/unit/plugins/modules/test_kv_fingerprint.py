@@ -20,7 +20,7 @@ from ansible_collections.llmserve.sglang.plugins.modules import kv_fingerprint
 from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthelper
 
 H200 = [{"name": "NVIDIA H200", "memory_total_mib": 143771}]
-EXTRA = ("argv", "config", "pin", "trial_pending", "timers", "lock", "installed_after_start", "writable_venv",
+EXTRA = ("argv", "pinned_argv", "config", "pin", "trial_pending", "timers", "lock", "installed_after_start", "writable_venv",
          "stale_contains", "env_file", "process_gone", "argv_error")
 STARTED = time.time() - 1000
 
@@ -38,7 +38,7 @@ def _venv(base, writable):
 
 def _pinned(case, config_text):
     """The pin of the case's server under the fingerprint the module computes (the H200 capture, SGLang 0.5.9)."""
-    args = server_args.from_argv(case["argv"])
+    args = server_args.from_argv(case.get("pinned_argv") or case["argv"])
     fp = fingerprint(H200, "580.159.04", "13.0", "0.5.9", args["model_path"], config_text=config_text,
                      server_args=args)
     return fingerprint_hash(fp), fp
