@@ -87,7 +87,8 @@ def test_the_watch_runs_as_its_own_user_and_the_server_cannot_write_what_it_keep
 
 def test_traffic_that_never_fills_the_pool_is_not_enough_traffic_and_a_full_pool_gets_a_verdict(host):
     pinned = fact(HOST)
-    traffic(6, 0.3)
+    # Bursts that reserve 0.15 of the pool: one long prompt (a quarter of the pool at most) on top stays under 0.6.
+    traffic(6, 0.15)
     light = watch_facts(**FULL)
     assert light["verdict"] == "not_enough_traffic", light
     assert "the pool was at a token usage of 0.60 or more for " in light["reasons"][0], light
@@ -219,6 +220,12 @@ def test_a_pool_that_comes_back_smaller_at_the_same_value_is_named(host, tmp_pat
 
     assert wait_for(pools, 60), windows()[-3:]
     assert pools() == {retuned["tokens"]}, windows()[-3:]
+    # The memory was freed indeed: this start had about 1 GiB more before the weights than the verified trial's.
+    verified = [trial for trial in result["trials"] if trial["outcome"] == "stable"
+                and trial["f"] == result["after"]["mem_fraction_static"]][-1]
+    boots = [ansible(host, "llmserve.sglang.sglang_startup_facts", f"unit=sglang.service invocation_id={start}")[HOST]
+             for start in (verified["invocation_id"], started)]
+    assert boots[1]["pre_load_free_gib"] > boots[0]["pre_load_free_gib"] + 0.9, boots
     again = tune(host, tmp_path / "again", kv_tune_pin_tokens=True)
     assert again.status == "successful", again.stdout[-6000:]
     assert f"({retuned['tokens']:,} KV tokens, capped there)" in again.stdout, again.stdout[-6000:]
