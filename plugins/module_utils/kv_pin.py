@@ -206,9 +206,11 @@ def check_entry(entry):
     digest = entry.get("fingerprint_hash")
     if not isinstance(digest, str) or not re.match(r"^[0-9a-f]{64}$", digest):
         return "its fingerprint_hash %r is not a sha256" % (digest,)
-    cap = entry.get("max_total_tokens")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        return "its max_total_tokens %r is not a positive whole number" % (cap,)
+    if entry.get("max_total_tokens") is not None:
+        try:
+            check_cap(entry["max_total_tokens"])
+        except PinError:
+            return "its max_total_tokens %r is not a positive whole number" % (entry["max_total_tokens"],)
     return None
 
 
