@@ -167,11 +167,12 @@ sim: venv
 	$(BIN)/pytest -q tests/sim
 
 # Simulated hosts (nspawn containers over ssh) with the simulator installed from the wheelhouse.
-# Two workers, one test file each at a time (the files' hosts have their own prefixes; simhosts serialises the
-# host changes): the hosts wait on Ansible and the simulator far more than on the CPU. The longest files first
-# (tests/simhosts/conftest.py, FILE_SECONDS), in that order rather than pytest-xdist's by number of tests.
+# Three workers, one test file each at a time (the files' hosts have their own prefixes; simhosts serialises the
+# host changes): the hosts wait on Ansible and the simulator more than on the CPU (two files side by side left 38% of
+# 2 cores idle, vmstat). The longest files first (tests/simhosts/conftest.py, FILE_SECONDS), in that order rather
+# than pytest-xdist's by number of tests.
 simhosts: venv wheelhouse
-	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests/simhosts
+	$(BIN)/pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 tests/simhosts
 
 # Roles on simulated hosts: create, converge, idempotence, testinfra verify, destroy.
 molecule: venv wheelhouse

@@ -19,7 +19,7 @@ _FILE = Path(__file__).resolve().parents[2] / ".tmp" / "simhosts-measured.txt"
 
 # Seconds each file takes (setup + calls + teardown, `pytest -n 2 --dist loadfile --durations=0` on the 2-core
 # machine, 2026-12-05: 18 min 24 s in all, less the tests cut since and plus those added). The files run longest
-# first, so that the two workers end together (`make simhosts` passes --no-loadscope-reorder, else pytest-xdist
+# first, so that the workers end together (`make simhosts` passes --no-loadscope-reorder, else pytest-xdist
 # orders the files by their number of tests); a file not listed runs last.
 FILE_SECONDS = {
     "test_tune_kv_faults_on_simhost.py": 432, "test_multinode_on_simhost.py": 297, "test_rollout_on_simhost.py": 277,
