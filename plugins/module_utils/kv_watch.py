@@ -459,7 +459,8 @@ def verdict(entry, records, full_usage=FULL_USAGE, headroom_steps=2, headroom_ho
     margin = checks.number("the pin's safety_gib", settings.get("safety_gib"), WatchError, minimum=0)
     resolution = checks.number("the pin's resolution", settings.get("resolution"), WatchError, above=0)
     pinned_at = pin_time(entry.get("time"))
-    since = [record for record in records if record["end"] > pinned_at and _at_pin(record, value)]
+    # Windows begun before the pin hold the tuner's own stress load of the value it then pinned: not real traffic.
+    since = [record for record in records if record["start"] >= pinned_at and _at_pin(record, value)]
     evidence = {
         "windows": len(since), "from": since[0]["start"] if since else None, "to": since[-1]["end"] if since else None,
         "value": value, "margin_gib": margin, "full_usage": full_usage,

@@ -273,7 +273,15 @@ def _window(end, least_full=None, least=None, full_seconds=3600.0, value=0.9, **
 
 
 def _day(least_full, **extra):
-    return [_window(2000.0 + hour * 3600, least_full=least_full, **extra) for hour in range(24)]
+    return [_window(PIN["time"] + (hour + 1) * 3600, least_full=least_full, **extra) for hour in range(24)]
+
+
+def test_a_window_begun_before_the_pin_is_the_tuners_own_load_and_does_not_count():
+    # The trial's stress load fills the pool at the value then pinned; a window that spans the commit holds it.
+    straddling = dict(_window(PIN["time"] + 2, least_full=1.1), start=PIN["time"] - 1)
+    result = kw.verdict(PIN, [straddling])
+    assert result["verdict"] == "not_enough_traffic" and result["evidence"]["windows"] == 0, result
+    assert kw.verdict(PIN, [straddling] + _day(3.5))["evidence"]["windows"] == 24
 
 
 def test_memory_under_the_margin_is_a_near_miss_with_where_and_when():
