@@ -245,16 +245,20 @@ def cap_change(entry, pin_tokens):
 def tuner_cap(argv, entry):
     """(the command line without the pin's cap, that cap): the pin's ``--max-total-tokens`` is the tuner's output,
     like ``--mem-fraction-static``, and not part of what the server was tuned under. It is the pin's when the
-    command line ends with the words the pin writes (:func:`kv_args`) and the unit's fact ``entry`` records that
-    cap; an operator's own ``--max-total-tokens`` stays in the command line (it sizes the pool a trial measures).
+    command line ends with the words the pin writes (:func:`kv_args`), or with them and the unit's
+    ``--api-key KEY`` (the sglang_service unit puts it after them), and the unit's fact ``entry`` records that cap;
+    an operator's own ``--max-total-tokens`` stays in the command line (it sizes the pool a trial measures).
     (argv, None) otherwise."""
     cap = (entry or {}).get("max_total_tokens") if isinstance(entry, dict) else None
-    if cap is None or check_entry(entry) is not None or len(argv) < 4:
+    if cap is None or check_entry(entry) is not None:
         return list(argv), None
-    tail = list(argv[-4:])
-    if tail[0] != "--mem-fraction-static" or tail[2:] != ["--max-total-tokens", str(cap)]:
-        return list(argv), None
-    return list(argv[:-2]), cap
+    argv = list(argv)
+    # The unit's own tail after $LLMSERVE_KV_ARGS: nothing, or the sglang_service role's `--api-key KEY`.
+    end = len(argv) - 2 if argv[-2:-1] == ["--api-key"] else len(argv)
+    words = argv[end - 4:end] if end >= 4 else []
+    if words[:1] != ["--mem-fraction-static"] or words[2:] != ["--max-total-tokens", str(cap)]:
+        return argv, None
+    return argv[:end - 2] + argv[end:], cap
 
 
 def facts_text(current_text, unit, entry):

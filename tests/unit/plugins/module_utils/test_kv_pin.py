@@ -124,6 +124,15 @@ BASE = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-pa
      BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389"], None),
     (BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389"], {"max_total_tokens": 202389},
      BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389"], None),
+    # the unit's API key after the pin's words (the sglang_service unit appends it): still the pin's cap (issue 32,
+    # item 10: the cap was left in, the fingerprint moved and a pin that holds was re-tuned)
+    (BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389", "--api-key", "k3y"], ENTRY,
+     BASE + ["--mem-fraction-static", "0.910", "--api-key", "k3y"], 202389),
+    # anything else after the pin's words is not the unit's tail: the cap stays an input
+    (BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389", "--api-key"], ENTRY,
+     BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389", "--api-key"], None),
+    (BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389", "--tp", "8"], ENTRY,
+     BASE + ["--mem-fraction-static", "0.910", "--max-total-tokens", "202389", "--tp", "8"], None),
 ])
 def test_tuner_cap_takes_out_only_the_pins_own_cap(argv, entry, stripped, cap):
     assert kv_pin.tuner_cap(argv, entry) == (stripped, cap)
