@@ -281,7 +281,8 @@ def _arguments(argv):
                                                                     "site: site.yml")
     parser.add_argument("-i", "--inventory", required=True, help="the inventory (file or directory)")
     parser.add_argument("-e", "--extra-vars", action="append", default=[],
-                        help="key=value or JSON, as ansible-playbook's -e (may be repeated)")
+                        help="key=value, YAML or JSON, or @file, as ansible-playbook's -e (may be repeated; passed on in "
+                             "order, checked first)")
     parser.add_argument("--vault-password-file", help="as ansible-playbook's")
     parser.add_argument("--report-dir", default="fleet_reports",
                         help="where the fleet report and the tuner's reports go (default: fleet_reports)")
@@ -291,16 +292,62 @@ def _arguments(argv):
     return parser.parse_args(argv)
 
 
-def _extravars(items):
-    out = {}
+class ExtraVarsError(ValueError):
+    """An ``-e`` that ansible-playbook would refuse or read otherwise than meant: the message names it."""
+
+
+def check_extra_vars(items, cwd):
+    """The ``-e`` arguments as ansible-playbook reads them (``key=value`` words, YAML or JSON, ``@file``), each
+    checked before anything runs with Ansible's own parsers, and passed on unchanged but for ``@file`` made
+    absolute against ``cwd``. A ``@file`` is only checked to be a readable file: it may be vault-encrypted."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.parsing.splitter import parse_kv
+
+    checked = []
     for item in items:
-        if item.lstrip().startswith("{"):
-            out.update(json.loads(item))
-        else:
-            for word in item.split():
-                key, _sep, value = word.partition("=")
-                out[key] = value
-    return out
+        if item.startswith("@"):
+            path = os.path.join(cwd, os.path.expanduser(item[1:]))
+            if not os.path.isfile(path) or not os.access(path, os.R_OK):
+                raise ExtraVarsError("-e %s: no readable file %s" % (item, path))
+            checked.append("@" + path)
+            continue
+        if not item.strip():
+            raise ExtraVarsError("-e with nothing in it")
+        if item[0] in "/.":
+            raise ExtraVarsError("-e %s: a file's name needs '@' before it (-e @%s)" % (item, item))
+        try:
+            data = DataLoader().load(item) if item[0] in "[{" else parse_kv(item)
+        except AnsibleError as exc:
+            raise ExtraVarsError("-e %s: not valid YAML or JSON: %s" % (item, " ".join(str(exc).split())[:200]))
+        if not isinstance(data, dict):
+            raise ExtraVarsError("-e %s: not a mapping of variables (ansible-playbook refuses it)" % item)
+        if "_raw_params" in data and item[0] not in "[{":
+            raise ExtraVarsError("-e %s: %r is not key=value; quote a value with spaces (-e 'key=\"a b\"')"
+                                 % (item, data["_raw_params"]))
+        checked.append(item)
+    return checked
+
+
+def runner_cmdline(defaults, extra_vars, options):
+    """ansible-playbook's arguments after the playbook: the command's own defaults first, so that the operator's
+    ``-e`` (in their order) override them as ansible-playbook's later ``-e`` does, then ``options``."""
+    words = (["-e", json.dumps(defaults, sort_keys=True)] if defaults else []) + options
+    for item in extra_vars:
+        words += ["-e", item]
+    return " ".join(shlex.quote(word) for word in words) or None
+
+
+def forget_secrets(private):
+    """What ansible-runner keeps of a run holds its whole command line (``artifacts/*/command``, with every ``-e``
+    value: an API key given with -e) and, where it wrote them, its inputs (``env/``): gone, so that a kept directory
+    holds the events and the output only."""
+    shutil.rmtree(os.path.join(private, "env"), ignore_errors=True)
+    artifacts = os.path.join(private, "artifacts")
+    for ident in os.listdir(artifacts) if os.path.isdir(artifacts) else []:
+        command = os.path.join(artifacts, ident, "command")
+        if os.path.isfile(command):
+            os.unlink(command)
 
 
 def main(argv=None):
@@ -310,11 +357,13 @@ def main(argv=None):
     args = _arguments(argv)
     tty = sys.stdout.isatty() and not args.plain and not args.list_hosts
     report_dir = os.path.abspath(args.report_dir)
-    extravars = dict(_extravars(args.extra_vars))
-    if args.playbook == "tune":
-        extravars.setdefault("kv_tune_report_dir", report_dir)
-    elif args.playbook == "rollout":
-        extravars.setdefault("rollout_report_dir", report_dir)
+    try:
+        extra_vars = check_extra_vars(args.extra_vars, os.getcwd())
+    except ExtraVarsError as exc:
+        sys.stderr.write("llmserve-fleet: %s; nothing was run\n" % exc)
+        return 2
+    defaults = {"tune": {"kv_tune_report_dir": report_dir},
+                "rollout": {"rollout_report_dir": report_dir}}.get(args.playbook, {})
     title = "llmserve-fleet %s on %s" % (args.playbook, args.inventory)
     view, lock, stopped = FleetView(), threading.Lock(), threading.Event()
 
@@ -329,7 +378,7 @@ def main(argv=None):
     previous = signal.signal(signal.SIGINT, interrupt)
     options = (["--vault-password-file", os.path.abspath(args.vault_password_file)] if args.vault_password_file
                else []) + (["--list-hosts"] if args.list_hosts else [])
-    cmdline = " ".join(shlex.quote(option) for option in options) or None
+    cmdline = runner_cmdline(defaults, extra_vars, options)
     private = tempfile.mkdtemp(prefix="llmserve-fleet-")
     # The ansible-playbook installed beside this command (a virtualenv that is not activated) first.
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
@@ -337,7 +386,8 @@ def main(argv=None):
         # ansible-playbook runs where this command runs: the same ansible.cfg, collections and relative paths.
         private_data_dir=private, project_dir=os.getcwd(), playbook=PLAYBOOKS[args.playbook],
         inventory=os.path.abspath(args.inventory),
-        extravars=extravars, cmdline=cmdline, quiet=True, event_handler=handle, cancel_callback=stopped.is_set,
+        # Nothing written under env/: the -e values (secrets among them) live only on ansible-playbook's command line.
+        cmdline=cmdline, suppress_env_files=True, quiet=True, event_handler=handle, cancel_callback=stopped.is_set,
         envvars={"ANSIBLE_NOCOLOR": "1", "PATH": path})
     said = 0.0
     try:
@@ -358,6 +408,7 @@ def main(argv=None):
                 view.changed = []
     finally:
         signal.signal(signal.SIGINT, previous)
+        forget_secrets(private)
     if args.list_hosts:
         sys.stdout.write(runner.stdout.read())
         shutil.rmtree(private, ignore_errors=True)

@@ -5,6 +5,10 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
+
+import pytest
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils import fleet_view
 
@@ -120,9 +124,39 @@ def test_the_table_the_lines_and_the_report(tmp_path):
     assert "Failed or left on the last-known-good value: gpu2." in (tmp_path / "fleet.md").read_text()
 
 
-def test_extra_vars_as_ansible_playbook_takes_them():
-    assert fleet_view._extravars(["a=1 b=x", '{"kv_tune_serial": "100%"}']) == {
-        "a": "1", "b": "x", "kv_tune_serial": "100%"}
+def test_extra_vars_are_passed_on_as_given_after_the_commands_defaults(tmp_path):
+    (tmp_path / "secrets.yml").write_text("sglang_service_api_key: k3y\n")
+    given = ["a=1 b='x y'", '{"kv_tune_serial": "100%"}', "{kv_tune_strategy: per_class}", "@secrets.yml"]
+    checked = fleet_view.check_extra_vars(given, str(tmp_path))
+    assert checked == given[:3] + ["@%s" % (tmp_path / "secrets.yml")]
+    words = shlex.split(fleet_view.runner_cmdline({"kv_tune_report_dir": "/r"}, checked, ["--list-hosts"]))
+    # ansible-playbook lets a later -e win: the operator's come after the command's own default
+    assert words == ["-e", '{"kv_tune_report_dir": "/r"}', "--list-hosts", "-e", given[0], "-e", given[1],
+                     "-e", given[2], "-e", checked[3]]
+
+
+@pytest.mark.parametrize("item, why", [
+    ('{"a":', "not valid YAML or JSON"),
+    ("[1]", "not a mapping of variables"),
+    ("kv_tune_hosts=gpu1 gpu2", "'gpu2' is not key=value; quote a value with spaces"),
+    ("@missing.yml", "no readable file"),
+    ("./vars.yml", "needs '@' before it"),
+    ("  ", "nothing in it"),
+])
+def test_an_extra_var_ansible_playbook_would_refuse_or_misread_is_refused_first(tmp_path, item, why):
+    # issue 32, item 3: these gave a traceback, a variable named "[1]" and two variables
+    with pytest.raises(fleet_view.ExtraVarsError, match=re.escape(why)):
+        fleet_view.check_extra_vars([item], str(tmp_path))
+
+
+def test_a_kept_run_directory_loses_the_command_line_and_the_inputs(tmp_path):
+    for name in ("env/extravars", "env/cmdline", "artifacts/abc/command", "artifacts/abc/stdout",
+                 "artifacts/abc/job_events/1-x.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    fleet_view.forget_secrets(str(tmp_path))
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_file()) == [
+        "artifacts/abc/job_events/1-x.json", "artifacts/abc/stdout"]
 
 
 def test_a_fleet_taller_than_the_terminal_shows_the_hosts_at_work_and_counts_the_rest():
