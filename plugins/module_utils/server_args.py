@@ -81,6 +81,21 @@ def redact(args):
     return out
 
 
+# A Hugging Face access token ("hf_" and 34 letters and digits), wherever a log shows one: the server may print a
+# token the role never set (its own environment, a cached login).
+HF_TOKEN_TEXT = re.compile(r"\bhf_[A-Za-z0-9]{30,}")
+MASK = "********"
+
+
+def redact_text(text, secrets=()):
+    """``text`` (a journal, an error message) with each of ``secrets`` that is set, and any Hugging Face token,
+    masked: for what a server printed, which may hold anything it was given."""
+    text = str(text)
+    for secret in sorted((str(s) for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return HF_TOKEN_TEXT.sub(MASK, text)
+
+
 def from_argv(argv):
     """The server args of an SGLang command line (``/proc/<pid>/cmdline`` split at NUL), keyed by field name.
 

@@ -118,3 +118,11 @@ def test_repr_truncated_line():
 def test_memory_args_rejects(args, match):
     with pytest.raises(sa.ServerArgsError, match=match):
         sa.memory_args(args)
+
+
+def test_text_a_server_printed_loses_its_secrets_and_any_hf_token():
+    text = "api_key='sk-1' HF_TOKEN=hf_%s other=hf_%s short=hf_abc" % ("a1" * 17, "Q" * 34)
+    assert sa.redact_text(text, ["sk-1", "", None]) == \
+        "api_key='********' HF_TOKEN=******** other=******** short=hf_abc"
+    # a longer secret that holds a shorter one is masked whole
+    assert sa.redact_text("k=abc-long", ["abc", "abc-long"]) == "k=********"
