@@ -93,3 +93,13 @@ def parse_bool(name, value, error=InvalidInput):
     if isinstance(value, str) and value.strip().lower() in _FALSE:
         return False
     raise error("%s must be a boolean, got %r" % (name, value))
+
+
+def file_name(name, value, error=InvalidInput):
+    """``value`` (an inventory host name, a unit) as one file name that stays inside the directory it is joined to:
+    text without ``/`` or NUL, not ``.`` or ``..``, not empty. Refused otherwise, never rewritten: two hosts must not
+    share a file."""
+    if not isinstance(value, str) or value in ("", ".", "..") or "/" in value or "\0" in value:
+        raise error("%s %r cannot name a file inside a directory (a '/', a NUL, '.' or '..'): rename it in the "
+                    "inventory" % (name, value))
+    return value

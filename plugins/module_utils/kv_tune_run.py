@@ -18,7 +18,7 @@ The search itself is :class:`kv_tune.Tuner`'s; a :class:`UnitRun` turns its step
 """
 from __future__ import annotations
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode, kv_pin, kv_search
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_multinode, kv_pin, kv_search
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import (
     look_findings, pool_findings, start_findings)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_search import value_text
@@ -29,7 +29,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines impo
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import (
     lower_bound, model_inputs, pool_residual_gib, split_pool)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_nodes import NodeSteps, RunFailed, call, say
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import check_settings, with_defaults
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import TuneError, check_settings, with_defaults
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import (
     failed_start, first_value, plan_start, safe_start)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import (
@@ -71,6 +71,8 @@ def host_steps(host, args, check_mode=False):
     and they serve together afterwards. A neighbour that is down is started on its last-known-good value before a
     unit's run, or that unit is not tuned: a search without it would take the memory it needs to start again."""
     args = with_defaults(args)
+    # The host's reports and host_vars file are named after it (kv_tune role): refused before anything runs.
+    checks.file_name("The inventory host name", host, TuneError)
     units = args["units"] or [args["unit"]]
     if len(units) == 1:
         return (yield {"tune_unit": units[0], "args": dict(args, unit=units[0]), "label": host, "info": None,
