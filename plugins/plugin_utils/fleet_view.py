@@ -163,6 +163,16 @@ class FleetView(object):
         return [row for row in self.rows.values() if row.phase in MID_TRIAL]
 
 
+# Control characters (C0, DEL, C1) in what hosts report: shown escaped, never sent to the operator's terminal.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text):
+    """``text`` safe to print: each control character as its escape (``\\x1b``); a newline and a tab too, so that a
+    row stays one line."""
+    return CONTROL.sub(lambda found: "\\x%02x" % ord(found.group()), str(text))
+
+
 def _text(value):
     return None if value is None else value_text(value)
 
@@ -174,9 +184,10 @@ def _final_phase(status):
 def _cells(row, now):
     elapsed = int((row.ended or now) - row.started)
     phase = row.phase + (" (%s)" % row.detail if row.detail else "")
-    return [row.label, row.cls or "-", phase, row.value or "-", "{:,}".format(row.tokens) if row.tokens else "-",
-            "%.2f" % row.free if row.free is not None else "-", str(row.restarts),
-            "%dm%02ds" % (elapsed // 60, elapsed % 60)]
+    return [printable(cell) for cell in (
+        row.label, row.cls or "-", phase, row.value or "-", "{:,}".format(row.tokens) if row.tokens else "-",
+        "%.2f" % row.free if row.free is not None else "-", str(row.restarts),
+        "%dm%02ds" % (elapsed // 60, elapsed % 60))]
 
 
 def _shown_first(row):
@@ -199,7 +210,8 @@ def render_table(view, title, now, max_rows=None):
         counts[row.phase] = counts.get(row.phase, 0) + 1
     spent = int(now - view.started)
     tally = ", ".join("%d %s" % (count, phase) for phase, count in sorted(counts.items())) or "starting"
-    lines = ["%s - %d host(s), %s - %dm%02ds" % (title, len(view.rows), tally, spent // 60, spent % 60),
+    lines = ["%s - %d host(s), %s - %dm%02ds" % (printable(title), len(view.rows), printable(tally), spent // 60,
+                                                  spent % 60),
              "  ".join(column.ljust(widths[i]) for i, column in enumerate(COLUMNS))]
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip() for cells in rows]
     if hidden:
@@ -207,7 +219,7 @@ def render_table(view, title, now, max_rows=None):
         for row in hidden:
             more[row.phase] = more.get(row.phase, 0) + 1
         lines.append("... and %d more: %s" % (len(hidden), ", ".join(
-            "%d %s" % (count, phase) for phase, count in sorted(more.items()))))
+            "%d %s" % (count, printable(phase)) for phase, count in sorted(more.items()))))
     return "\n".join(lines)
 
 
@@ -215,13 +227,13 @@ def plain_line(row, now):
     """A row as one line, for output that is not a terminal."""
     cells = _cells(row, now)
     return "%s %s: %s%s%s%s, %s restart(s), %s%s" % (
-        time.strftime("%H:%M:%S"), cells[0], cells[2], " %s" % row.value if row.value else "",
+        time.strftime("%H:%M:%S"), cells[0], cells[2], " %s" % cells[3] if row.value else "",
         ", %s KV tokens" % cells[4] if row.tokens else "", ", min free %s GiB" % cells[5] if row.free is not None
         else "", cells[6], cells[7], " - %s" % _short(row.error) if row.phase == "failed" and row.error else "")
 
 
 def _short(text, limit=160):
-    text = " ".join(str(text).split())
+    text = printable(" ".join(str(text).split()))
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -239,8 +251,9 @@ def fleet_report(view, title, out_dir, exit_code, now):
     with open(written[0], "w", encoding="utf-8") as out:
         out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     with open(written[1], "w", encoding="utf-8") as out:
-        out.write("# %s\n\n```\n%s\n```\n\n%s\n" % (title, render_table(view, title, now), (
-            "Failed or left on the last-known-good value: %s." % ", ".join(data["failed"])) if data["failed"]
+        out.write("# %s\n\n```\n%s\n```\n\n%s\n" % (printable(title), render_table(view, title, now), (
+            "Failed or left on the last-known-good value: %s." % ", ".join(map(printable, data["failed"])))
+            if data["failed"]
             else "Every host ended on a verified value."))
     png = _plot(rows, title, os.path.join(out_dir, "fleet.png"))
     return written + ([png] if png else [])
@@ -421,17 +434,17 @@ def main(argv=None):
         print("interrupted: ansible-playbook was stopped. %s" % (
             "In a trial, each going back to its last-known-good value by itself (the tuner's revert, else the "
             "host's revert timer, kv_tune_confirm_timeout): %s." % ", ".join(
-                "%s (%s %s)" % (row.label, row.phase, row.value or "") for row in caught)
+                printable("%s (%s %s)" % (row.label, row.phase, row.value or "")) for row in caught)
             if caught else "No host was in a trial."))
         code = 130
     else:
         failed = view.failed()
         code = 2 if failed else (0 if runner.rc == 0 else runner.rc or 1)
         if failed:
-            print("failed or left on the last-known-good value: %s" % ", ".join(failed))
+            print("failed or left on the last-known-good value: %s" % ", ".join(map(printable, failed)))
             for label in failed:
                 if label in view.rows and view.rows[label].error:
-                    print("  %s: %s" % (label, _short(view.rows[label].error)))
+                    print("  %s: %s" % (printable(label), _short(view.rows[label].error)))
         elif code:
             print("ansible-playbook exited %s (%s)" % (runner.rc, runner.status))
     for path in fleet_report(view, title, report_dir, code, now):

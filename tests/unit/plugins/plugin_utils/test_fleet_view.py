@@ -171,3 +171,23 @@ def test_a_fleet_taller_than_the_terminal_shows_the_hosts_at_work_and_counts_the
     assert len(lines) == 2 + 19 + 1 and lines[-1] == "... and 45 more: 45 pinned"
     # without a height, every host in name order
     assert len(fleet_view.render_table(view, "t", clock()).splitlines()) == 66
+
+
+def test_control_characters_from_hosts_are_shown_escaped_everywhere(tmp_path):
+    # issue 32, item 12: a host's name, a unit's label and an error text carry terminal escapes
+    clock = Clock()
+    view = fleet_view.FleetView(clock)
+    evil = "gpu\x1b]0;owned\x07"
+    view.feed(start(evil, "Kv tune | Does the unit need tuning (nothing changes)"))
+    view.feed(said("[kv_tune] %s: restarting 0.910" % evil))
+    view.feed({"event": "runner_on_failed", "event_data": {"host": evil, "res": {
+        "msg": "sglang@x.service\x1b[2J failed\nnext line\x9b31m"}}})
+    outputs = [fleet_view.render_table(view, "tune on \x1b[1mprod", clock()),
+               fleet_view.render_table(view, "tune", clock(), max_rows=5),
+               fleet_view.plain_line(view.rows[evil], clock())]
+    fleet_view.fleet_report(view, "tune \x1b[1m", str(tmp_path), 2, clock())
+    outputs += [(tmp_path / name).read_text() for name in ("fleet.md", "fleet.json")]
+    for text in outputs:
+        assert not fleet_view.CONTROL.search(text.replace("\n", "")), repr(text)
+    assert "gpu\\x1b]0;owned\\x07" in outputs[0] and "failed\\x1b[2J" not in outputs[2]
+    assert "sglang@x.service\\x1b[2J failed next line\\x9b31m" in outputs[2]
