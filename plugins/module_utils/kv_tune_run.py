@@ -461,7 +461,8 @@ class UnitRun(NodeSteps):
             yield say("%s: kv_tune_start %s lies below the lowest value that gives %s a pool here (%s, by SGLang's "
                       "formula from the running server's free memory): not tried; starting from %s"
                       % (self.label, value_text(settings["start"], settings["resolution"]), settings["unit"],
-                         "%.3f" % lowest, value_text(start, settings["resolution"])))
+                         # the running value may lie off the grid (SGLang's own default): a measurement, not a trial
+                         "%.3f" % lowest, fraction_text(start, settings["resolution"])))
         if source == "sglang_default":
             yield say("%s: %s runs SGLang's default --mem-fraction-static, which neither its command line nor its "
                       "startup log states: starting from %s, inferred for these GPUs and SGLang %s"
