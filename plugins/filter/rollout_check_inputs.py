@@ -19,6 +19,9 @@ description:
   - C(sglang_version) must be an exact PEP 440 version in its normal form; a hook must be empty or a regular file on
     the controller (absolute, or relative to the playbook), and a drain hook needs an undrain hook; C(rollout_serial)
     batches are host counts >= 1 or percentages in (0, 100]; the timeouts lie in [1, 21600] seconds.
+  - Refuses what the rollout does not handle yet, several servers on one host and a server that spans hosts
+    (C(nnodes) above 1), from the C(sglang_service) role's inputs a host sets (C(sglang_service_name),
+    C(sglang_service_instances), C(sglang_service_server_args)).
 options:
   _input:
     description: The hosts of the play, every batch (C(ansible_play_hosts_all)).
@@ -61,7 +64,7 @@ def rollout_check_inputs(hosts, hostvars, playbook_dir):
     values = {}
     for host in plain(hosts):
         own = hostvars[host]
-        values[host] = {name: plain(own[name]) for name in rollout.INPUTS if name in own}
+        values[host] = {name: plain(own[name]) for name in rollout.INPUTS + rollout.TOPOLOGY if name in own}
     # The one observation the pure check needs: which hook files exist on the controller.
     paths = {rollout.hook_path(str(one.get(name) or ""), str(playbook_dir))
              for one in values.values() for name in rollout.HOOKS if one.get(name)}

@@ -15,7 +15,8 @@ from __future__ import annotations
 import posixpath
 import re
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_tune_settings
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_tune_settings, service_units
+from ansible_collections.llmserve.sglang.plugins.module_utils import server_args as sa
 
 PHASES = ("lock", "gate_before", "drain", "upgrade", "gate_after", "retune", "undrain", "done")
 # Phases in which the host may already run something else than before: a failure there rolls SGLang back.
@@ -52,6 +53,8 @@ HOOKS = ("rollout_drain_tasks", "rollout_undrain_tasks")
 INPUTS = ("sglang_version", "nvidia_driver_branch", "nvidia_driver_version", "rollout_serial",
           "rollout_max_fail_percentage", "rollout_gate_timeout", "rollout_ready_timeout", "rollout_ready_interval",
           "rollout_unit", "rollout_url", "rollout_retune", "rollout_lock_lease", "rollout_hook_timeout") + HOOKS
+# The sglang_service role's inputs that say which servers the upgrade's roles would restart on a host.
+TOPOLOGY = ("sglang_service_name", "sglang_service_instances", "sglang_service_server_args")
 # Seconds the rollout's lock on a unit lasts unless it is released (a controller that dies leaves it until then):
 # at least ten minutes, at most a day (the tuner's own bound for a trial's revert).
 LOCK_LEASE_S = (600, kv_tune_settings.BOUNDS["confirm_timeout"][1])
@@ -138,6 +141,45 @@ def input_problems(values, regular_files=frozenset(), playbook_dir="."):
                 "a regular file" % hook_path(path, playbook_dir))
     if hooks["rollout_drain_tasks"] and not hooks["rollout_undrain_tasks"]:
         bad("rollout_drain_tasks", "is set without rollout_undrain_tasks: every upgraded host would stay drained")
+    problems += topology_problems(values)
+    return problems
+
+
+def _nodes(args):
+    """--nnodes of a server's arguments (1 when not given or not a number: the role's own check names those)."""
+    found = {sa.canonical(key): value for key, value in (args or {}).items()} if isinstance(args, dict) else {}
+    try:
+        return int(found.get("nnodes") or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def topology_problems(values):
+    """What rollout.yml does not handle on a host, from the sglang_service role's inputs it sets: several servers
+    (the upgrade's roles restart every one of them, and the rollout gates, locks and re-tunes only rollout_unit),
+    and a server that spans hosts (its nodes must change together). A list of "name why", like input_problems."""
+    name = values.get("sglang_service_name", "sglang")
+    instances = values.get("sglang_service_instances") or []
+    try:
+        units = service_units.unit_names(instances, name)
+    except service_units.ServiceUnitsError as exc:
+        return ["sglang_service_instances %s" % exc]
+    unit = str(values.get("rollout_unit") or "%s.service" % name)
+    problems = []
+    if len(units) > 1:
+        problems.append("sglang_service_instances gives this host the servers %s, and rollout.yml upgrades exactly "
+                        "one server per host (rollout_unit %s): the others would restart on the new release with "
+                        "no lock, gate or re-tune. Not handled yet: upgrade such hosts with site.yml, then "
+                        "tune_kv.yml" % (", ".join(units), unit))
+    spans = [(label, _nodes(args)) for label, args in
+             [("sglang_service_server_args", values.get("sglang_service_server_args"))]
+             + [("sglang_service_instances[%d].server_args" % i, inst.get("server_args"))
+                for i, inst in enumerate(instances) if isinstance(inst, dict)]]
+    for label, nodes in spans:
+        if nodes > 1:
+            problems.append("%s sets nnodes %d: a server that spans hosts must change on all its nodes together, "
+                            "which rollout.yml does not do yet; upgrade its nodes with site.yml, then tune_kv.yml"
+                            % (label, nodes))
     return problems
 
 

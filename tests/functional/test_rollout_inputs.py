@@ -21,6 +21,12 @@ def tasks_run(runner):
     ({"sglang_version": "0.5.9 && reboot"}, "sglang_version must be an exact PEP 440 version"),
     ({"rollout_serial": 0}, "rollout_serial each batch must be a host count >= 1"),
     ({"rollout_undrain_tasks": "/nonexistent/undrain.yml"}, "/nonexistent/undrain.yml is not a regular file"),
+    # topologies rollout.yml does not handle yet (issue 32, item 2): refused before anything is touched
+    ({"sglang_service_instances": [{"name": "a"}, {"name": "b", "server_args": {"port": 30001}}],
+      "rollout_unit": "sglang@a.service"},
+     "gives this host the servers sglang@a.service, sglang@b.service, and rollout.yml upgrades exactly one server"),
+    ({"sglang_service_server_args": {"nnodes": 2, "node_rank": 0, "dist_init_addr": "10.0.0.1:5000"}},
+     "sglang_service_server_args sets nnodes 2: a server that spans hosts"),
 ])
 def test_a_bad_input_fails_before_the_gate_and_the_drain(ansible, tmp_path, extravars, problem):
     mark = tmp_path / "drained"

@@ -222,3 +222,31 @@ def test_the_rollout_roles_defaults_pass():
                     ["sglang_version"])
     plain = {name: value for name, value in defaults.items() if name in rollout.INPUTS and "{{" not in str(value)}
     assert "sglang_version" in plain and rollout.input_problems(plain) == []
+
+
+@pytest.mark.parametrize("topology, problems", [
+    # issue 32, item 2: rollout.yml restarted sglang@b on the new release with no lock, gate or re-tune
+    ({"sglang_service_instances": [{"name": "a"}, {"name": "b", "server_args": {"port": 30001}}],
+      "rollout_unit": "sglang@a.service"},
+     ["sglang_service_instances gives this host the servers sglang@a.service, sglang@b.service, and rollout.yml "
+      "upgrades exactly one server per host (rollout_unit sglang@a.service)"]),
+    # ... and a server that spans two hosts (it restarted the server, then failed with rc 2)
+    ({"sglang_service_server_args": {"nnodes": 2, "node-rank": 0}},
+     ["sglang_service_server_args sets nnodes 2: a server that spans hosts must change on all its nodes together"]),
+    ({"sglang_service_instances": [{"name": "a", "server_args": {"nnodes": "2"}}],
+      "rollout_unit": "sglang@a.service"},
+     ["sglang_service_instances[0].server_args sets nnodes 2"]),
+    # what rollout.yml handles: one server, the one it gates, on one host
+    ({"sglang_service_instances": [{"name": "a"}], "rollout_unit": "sglang@a.service"}, []),
+    ({"sglang_service_name": "llm", "rollout_unit": "llm.service", "sglang_service_server_args": {"nnodes": 1}}, []),
+    ({}, []),
+])
+def test_a_topology_rollout_yml_does_not_handle_is_refused_first(topology, problems):
+    values = dict(GOOD, **topology)
+    if "rollout_unit" not in topology:
+        values.pop("rollout_unit", None)
+    found = rollout.input_problems(values, FILES)
+    assert len(found) == len(problems) and all(want in got for want, got in zip(problems, found)), found
+    if problems:
+        with pytest.raises(rollout.RolloutError, match="nothing was done"):
+            rollout.check_inputs({"h1": values}, FILES)
