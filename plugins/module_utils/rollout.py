@@ -15,7 +15,8 @@ from __future__ import annotations
 import posixpath
 import re
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_tune_settings, service_units
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_pin, kv_tune_settings, service_units
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_search import value_text
 from ansible_collections.llmserve.sglang.plugins.module_utils import server_args as sa
 
 PHASES = ("lock", "gate_before", "drain", "upgrade", "gate_after", "retune", "undrain", "done")
@@ -208,14 +209,36 @@ def rescue_plan(phase, before=None):
     failure came after the upgrade began; ``undrain`` (call the undrain hook once the host serves again) when the
     drain hook had started and the failure was not the undrain hook itself; ``gate`` (check a real generation)
     whenever anything was rolled back or is to be undrained; ``no_record``: a roll-back was due, but no version was
-    recorded to return to (the host is then left as it is, and says so)."""
+    recorded to return to (the host is then left as it is, and says so). With a roll-back, ``pin``: the kv_trial
+    arguments that put back the pin verified on the release it restores (:func:`pin_restore`), written after the
+    reinstall and before the restart, and ``restart``: whether the role restarts the unit itself (kv_trial's reset
+    restarts it)."""
     _check_phase(phase)
     version = _versions(before)["sglang"]
     due = phase in CHANGED_PHASES
     roll_back = due and bool(version)
     undrain = phase in ("drain",) + CHANGED_PHASES
+    pin = pin_restore(before) if roll_back else None
     return {"phase": phase, "roll_back": roll_back, "version": version if roll_back else None,
-            "undrain": undrain, "gate": roll_back or undrain, "no_record": due and not version}
+            "undrain": undrain, "gate": roll_back or undrain, "no_record": due and not version,
+            "pin": pin, "restart": roll_back and (pin or {}).get("state") != "reset"}
+
+
+def pin_restore(before):
+    """The kv_trial arguments that make the unit's pin the one recorded ``before`` the upgrade (its kv_fingerprint
+    result): that entry committed again (drop-in and fact, no restart), or the pin reset where there was none (a
+    re-tune on the new release may have pinned a value no load verified on the old one). None where the pin then
+    could not be read (``pin_error``): it is left as it is."""
+    before = before or {}
+    if before.get("pin_error"):
+        return None
+    entry = before.get("pin")
+    if entry is None:
+        return {"state": "reset"}
+    if kv_pin.check_entry(entry) is not None:
+        return None
+    text = entry.get("text") or value_text(entry["mem_fraction_static"])
+    return {"state": "committed", "value": text, "fact": entry}
 
 
 def _versions(fingerprint_result):
@@ -271,9 +294,12 @@ def outcome(host, phase, before=None, after=None, failure=None, plan=None, rollb
     serving = bool((gate or {}).get("ready"))
     if plan.get("roll_back"):
         if rollback and rollback.get("failed"):
+            # What the host runs and whether it answers, read after the failed roll-back, not assumed.
             status = "rollback_failed"
-            end = "the roll-back to SGLang %s failed too (%s); the host is NOT serving" % (
-                plan["version"], _short(rollback.get("msg")))
+            end = "the roll-back to SGLang %s failed too (%s); the host runs %s and %s" % (
+                plan["version"], _short(rollback.get("msg")), _state_text(now),
+                "serves (a real generation answered)" if serving else "is NOT serving (%s)" % (
+                    (gate or {}).get("reason") or "not checked"))
         elif serving:
             status = "rolled_back"
             end = "rolled back: back on %s and serving" % _state_text(dict(now, sglang=now["sglang"] or plan["version"]))

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from simhost_lib import (PIN_DROPIN, REPO, TRIAL_DROPIN, ansible_journal, controller, deployed, invocation, play,
-                         server_argv, set_faults, ssh, tune, wait_for, write_host_vars)
+from simhost_lib import (FACT_FILE, PIN_DROPIN, REPO, TRIAL_DROPIN, ansible_journal, controller, deployed, invocation,
+                         play, server_argv, set_faults, ssh, tune, wait_for, write_host_vars)
 
 PREFIX = "simroll"
 PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b"}
@@ -129,6 +129,26 @@ def test_a_release_that_crashes_on_the_canary_stops_the_rollout(fleet, tmp_path,
     assert {rows[host]["status"] for host in PROFILES if host != CANARY} == {"not_started"}
     assert "the upgrade (nvidia_driver, sglang, sglang_service) failed" in run.stdout
     assert "back on SGLang 0.5.9" in run.stdout
+
+
+def test_a_retune_that_pinned_then_failed_rolls_the_pin_back_with_the_release(fleet, tmp_path, lb):
+    """Issue 32, item 1: the re-tune on 0.5.10 commits its pin, then the kv_tune role fails (its host_vars directory
+    cannot be written): the roll-back to 0.5.9 puts back 0.5.9's own pin with the release, so the server runs the
+    value verified on the release it runs (before: 0.5.10's pin stayed, on 0.5.9)."""
+    pin_before = ssh(CANARY, f"cat {FACT_FILE} {PIN_DROPIN}")
+    value_before = server_argv(CANARY)[server_argv(CANARY).index("--mem-fraction-static") + 1]
+    run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10", rollout_hosts=CANARY,
+                  kv_tune_host_vars_dir="/proc/llmserve-cannot-write-here")
+    assert run.status == "failed", run.stdout[-8000:]
+    row = summary(tmp_path)[CANARY]
+    assert (row["status"], row["phase"], row["retune"]) == ("rolled_back", "retune", "tuned"), row
+    tuned = json.loads((tmp_path / "kv_tune" / f"{CANARY}.json").read_text())
+    assert tuned["fingerprint"]["versions"]["sglang"] == "0.5.10", tuned["fingerprint"]   # it did pin on 0.5.10
+    assert installed(CANARY) == "0.5.9" and served(CANARY) == "0.5.9"
+    assert ssh(CANARY, f"cat {FACT_FILE} {PIN_DROPIN}") == pin_before
+    argv = server_argv(CANARY)
+    assert argv[argv.index("--mem-fraction-static") + 1] == value_before
+    assert "rolled back: back on SGLang 0.5.9" in run.stdout and lb.calls == [(CANARY, "drain"), (CANARY, "undrain")]
 
 
 def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):

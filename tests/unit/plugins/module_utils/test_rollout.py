@@ -78,8 +78,46 @@ def test_roll_back_that_does_not_serve_or_fails():
                           gate={"ready": False, "reason": "unit_failed"})
     assert row["status"] == "rollback_failed" and "NOT serving" in row["msg"] and "unit_failed" in row["msg"]
     row = rollout.outcome("gpu1", "retune", BEFORE, AFTER, failure=FAILURE, plan=rollout.rescue_plan("retune", BEFORE),
-                          rollback={"failed": True, "msg": "pip: no matching distribution"})
+                          rollback={"failed": True, "msg": "pip: no matching distribution"},
+                          gate={"ready": False, "reason": "unit_failed"})
     assert row["status"] == "rollback_failed" and "roll-back to SGLang 0.5.9 failed too (pip" in row["msg"]
+    assert row["msg"].endswith("the host runs SGLang 0.5.10, driver 580.95.05, model /models/field/model and is NOT "
+                               "serving (unit_failed).")
+
+
+def test_a_roll_back_that_failed_says_what_the_host_really_runs():
+    # issue 32, item 1: the reinstall failed, the host still answered on the new release, and the outcome said
+    # "the host is NOT serving" without asking
+    row = rollout.outcome("gpu1", "retune", BEFORE, AFTER, failure=FAILURE, plan=rollout.rescue_plan("retune", BEFORE),
+                          rollback={"failed": True, "msg": "pip: no matching distribution"}, gate={"ready": True})
+    assert row["status"] == "rollback_failed" and "NOT serving" not in row["msg"]
+    assert "failed too (pip: no matching distribution); the host runs SGLang 0.5.10" in row["msg"]
+    assert row["msg"].endswith("and serves (a real generation answered).")
+
+
+PIN_059 = {"mem_fraction_static": 0.85, "text": "0.850", "fingerprint_hash": "b" * 64, "tokens": 150000,
+           "versions": {"sglang": "0.5.9"}, "max_total_tokens": 150000}
+
+
+@pytest.mark.parametrize("before, pin, restart", [
+    # issue 32, item 1: the re-tune pinned 0.885 on 0.5.10; the roll-back to 0.5.9 puts back the 0.850 verified there
+    (dict(BEFORE, pin=PIN_059, pin_error=None), {"state": "committed", "value": "0.850", "fact": PIN_059}, True),
+    # an entry written without its text: the value's own shortest form
+    (dict(BEFORE, pin=dict(PIN_059, text=None, mem_fraction_static=0.88)),
+     {"state": "committed", "value": "0.88", "fact": dict(PIN_059, text=None, mem_fraction_static=0.88)}, True),
+    # never tuned before: whatever the new release pinned goes (kv_trial's reset restarts the unit itself)
+    (dict(BEFORE, pin=None, pin_error=None), {"state": "reset"}, False),
+    # a pin that could not be read then: left as it is
+    (dict(BEFORE, pin=None, pin_error="the pin of sglang.service cannot be used"), None, True),
+    (dict(BEFORE, pin={"mem_fraction_static": "high"}), None, True),
+])
+def test_a_roll_back_puts_back_the_pin_verified_on_the_release_it_restores(before, pin, restart):
+    for phase in rollout.CHANGED_PHASES:
+        plan = rollout.rescue_plan(phase, before)
+        assert plan["roll_back"] and plan["pin"] == pin and plan["restart"] is restart
+    for phase in ("lock", "gate_before", "drain", "undrain"):
+        plan = rollout.rescue_plan(phase, before)
+        assert plan["pin"] is None and plan["restart"] is False
 
 
 def test_failures_before_the_upgrade_and_in_the_undrain_hook():
