@@ -20,17 +20,20 @@ PROGRESS_LINE = re.compile(r"^\[kv_tune\] (?P<label>.+?): (?P<phase>[a-z][a-z ]*
 _WAITS = ("loading", "under load")
 
 
-def call_phase(name, args):
+def call_phase(name, args, restarted=False):
     """The phase that a module call of the tuner starts for its unit, or None when the call does not move it:
     (phase, value text or None, seconds the phase is planned to last or None). A fingerprint is the probe only as
-    the run's first call (Progress keeps that)."""
+    the run's first call (Progress keeps that). ``restarted``: the unit was restarted onto the value in hand (a
+    trial's start or a revert), so a wait for it is a load and its commit a new pin; otherwise the wait checks the
+    server that runs ("checking") and the commit keeps the value measured in place ("kept")."""
     if name == "kv_trial":
-        phase = {"started": "restarting", "committed": "pinned", "reverted": "reverted"}.get(args.get("state"))
+        phase = {"started": "restarting", "committed": "pinned" if restarted else "kept",
+                 "reverted": "reverted"}.get(args.get("state"))
         return (phase, args.get("value"), None) if phase else None
     if name == "kv_fingerprint":
         return ("probe", None, None)
     if name == "sglang_ready":
-        return ("loading", None, None)
+        return ("loading" if restarted else "checking", None, None)
     if name == "kv_stress":
         return ("under load", None, args.get("duration"))
     return None
@@ -50,17 +53,26 @@ class Progress(object):
         self.label, self.clock = label, clock
         self.phase = self.value = self.planned = None
         self.since = self.said = None
+        self.restarted = False   # since the last commit: a start (a trial's, or a revert's) onto the value in hand
+        self.lkg = None          # the value this run last committed
 
     def on_call(self, name, args):
-        found = call_phase(name, args)
+        found = call_phase(name, args, self.restarted)
         if found is None or (found[0] == "probe" and self.phase is not None):
             return None
+        if name == "kv_trial":
+            self.restarted = found[0] in ("restarting", "reverted")
         phase, value, planned = found
         now = self.clock()
         # The value of a start stays the value of the load and of what follows, until the next start.
         self.value = value if value is not None else self.value
         self.phase, self.planned, self.since, self.said = phase, planned, now, now
-        return self.line(now)
+        line = self.line(now)
+        if phase in ("kept", "pinned"):
+            self.lkg = self.value
+        elif phase == "reverted" and self.lkg:   # the trial's value said, the last-known-good one loads next
+            self.value = self.lkg
+        return line
 
     def on_end(self, name, result):
         """After a call that can end a phase: a start, a wait for the server or a load that failed; a server that
@@ -75,7 +87,8 @@ class Progress(object):
         elif name == "kv_trial":
             return None
         else:
-            phase = "ready" if name == "sglang_ready" else "verified"
+            # a server that answered after a start is ready; one checked where it ran already is serving
+            phase = ("ready" if self.phase == "loading" else "serving") if name == "sglang_ready" else "verified"
         self.phase, self.since, self.said = phase, None, None
         return self.line(self.clock())
 

@@ -77,3 +77,26 @@ def test_a_load_measured_in_place_names_the_running_value():
     progress.on_end("kv_fingerprint", {"mem_fraction_static": 0.91})
     assert progress.on_call("kv_stress", {"duration": 3}) == "[kv_tune] gpu1: under load 0.910"
     assert [kv_progress.value_text(v) for v in (0.91, 0.8855, 0.9)] == ["0.910", "0.8855", "0.900"]
+
+
+def test_a_first_tune_names_each_phase_for_what_happens():
+    # issue 32: a first tune read "loading 0.880 / ready 0.880" twice and "pinned 0.880" before the new value's
+    # restart, where nothing was loaded or newly pinned
+    progress = kv_progress.Progress("gpu1", Clock())
+    calls = [("kv_fingerprint", {}, {"mem_fraction_static": 0.88}), ("kv_trial", {"state": "locked"}, {}),
+             ("sglang_ready", {}, {"ready": True}),                       # the probe's look at the running server
+             ("sglang_ready", {}, {"ready": True}), ("kv_stress", {"duration": 40}, {"held": True}),
+             ("kv_trial", {"state": "committed", "value": "0.880"}, {}),  # the running value, measured in place
+             ("kv_trial", {"state": "started", "value": "0.910"}, {}), ("sglang_ready", {}, {"ready": True}),
+             ("kv_stress", {"duration": 40}, {"held": False}),
+             ("kv_trial", {"state": "reverted"}, {}), ("sglang_ready", {}, {"ready": True}),
+             ("kv_trial", {"state": "started", "value": "0.900"}, {}), ("sglang_ready", {}, {"ready": True}),
+             ("kv_stress", {"duration": 40}, {"held": True}), ("kv_trial", {"state": "committed", "value": "0.900"}, {})]
+    lines = []
+    for name, args, result in calls:
+        lines += [progress.on_call(name, args), progress.on_end(name, result)]
+    assert [line.split(": ", 1)[1] for line in lines if line] == [
+        "probe", "checking 0.880", "serving 0.880", "checking 0.880", "serving 0.880", "under load 0.880",
+        "verified 0.880", "kept 0.880", "restarting 0.910", "loading 0.910", "ready 0.910", "under load 0.910",
+        "failed 0.910", "reverted 0.910", "loading 0.880", "ready 0.880", "restarting 0.900", "loading 0.900",
+        "ready 0.900", "under load 0.900", "verified 0.900", "pinned 0.900"]
