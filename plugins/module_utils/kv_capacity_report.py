@@ -8,6 +8,7 @@ from __future__ import annotations
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import GIB, KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_cell import cell_and_plan
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import gpu_memory_defaults
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import (
     F_MAX,
     check_memory,
@@ -118,7 +119,7 @@ CAPACITY_OPTIONS = {
     "mamba_ssm_dtype": None, "mamba_full_memory_ratio": None, "max_mamba_cache_size": None,
     "disable_radix_cache": False,
     # the sliding-window request cap (radix cache off, >= 0.5.14)
-    "chunked_prefill_size": None, "disable_overlap_schedule": False,
+    "chunked_prefill_size": None, "disable_overlap_schedule": False, "gpu_memory_mib": None,
     # the server's environment (SGLANG_* variables that change the sizing)
     "environment": None,
     # what-ifs: a pool to reach, the idle headroom, a host-memory cache, a boot to compare with
@@ -360,10 +361,17 @@ def swa_request_cap(shape, swa, o):
             or o.max_running_requests is None or not o.disable_radix_cache:
         return None
     chunk = o.chunked_prefill_size
+    if chunk is None and o.gpu_memory_mib is not None:
+        # Not given: SGLang's own pick from the GPU's memory (_handle_gpu_memory_settings), divided among the DP
+        # ranks with DP attention (_handle_data_parallelism), as it does before it sizes the pool.
+        chunk = gpu_memory_defaults(o.gpu_memory_mib, o.tp_size, o.sglang_version)[0]
+        if o.enable_dp_attention and o.dp_size > 1:
+            chunk //= o.dp_size
     if chunk is None:
-        raise KvModelError("give chunked_prefill_size: with disable_radix_cache and max_running_requests, SGLang %s "
-                           "sizes the sliding-window pool from it (and picks it from the GPU's memory when not "
-                           "given; the startup log's server_args say which)" % (o.sglang_version or "(newest)"))
+        raise KvModelError("give chunked_prefill_size or the GPU's memory: with disable_radix_cache and "
+                           "max_running_requests, SGLang %s sizes the sliding-window pool from it, and picks it "
+                           "from the GPU's memory when not given (the startup log's server_args say which)"
+                           % (o.sglang_version or "(newest)"))
     chunk = checks.integer("chunked_prefill_size", chunk, KvModelError)
     if chunk <= 0 and since(o.sglang_version, V_SWA_CAP_NEEDS_CHUNK):
         return None   # no chunked prefill: the whole prompt lands in the SWA pool, the ratio split applies

@@ -100,7 +100,10 @@ options:
         saying so instead of predicting.
     type: dict
   chunked_prefill_size:
-    description: C(--chunked-prefill-size) (the sliding-window request cap only). Default from the startup log.
+    description:
+      - C(--chunked-prefill-size) (the sliding-window request cap only). Default from the startup log, else what
+        SGLang picks from O(gpu_memory_total_mib) (divided among the DP ranks with DP attention), as it does when the
+        flag is not given.
     type: int
   disable_overlap_schedule:
     description: C(--disable-overlap-schedule) (the sliding-window request cap only). Default from the startup log.
@@ -670,7 +673,7 @@ def main():
             mamba_ssm_dtype=inputs["mamba_ssm_dtype"], mamba_full_memory_ratio=inputs["mamba_full_memory_ratio"],
             max_mamba_cache_size=inputs["max_mamba_cache_size"],
             disable_radix_cache=bool(inputs["disable_radix_cache"]),
-            chunked_prefill_size=inputs["chunked_prefill_size"],
+            chunked_prefill_size=inputs["chunked_prefill_size"], gpu_memory_mib=params["gpu_memory_total_mib"],
             disable_overlap_schedule=bool(inputs["disable_overlap_schedule"]), environment=environment)
     except KvModelError as exc:
         module.fail_json(msg=str(exc))

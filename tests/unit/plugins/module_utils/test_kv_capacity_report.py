@@ -191,6 +191,15 @@ def test_swa_request_cap_rules():
     no_chunk["chunked_prefill_size"] = None
     with pytest.raises(KvModelError, match="chunked_prefill_size"):
         capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, **no_chunk)
+    # not given: SGLang picks it from the GPU's memory (8192 on an 80 GiB H100, as given above; 16384 from 160 GiB;
+    # divided among the DP ranks with DP attention), as its server_args do before the pool is sized (issue 32)
+    on_h100 = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, gpu_memory_mib=81559, **no_chunk)
+    assert on_h100["swa_max_total_num_tokens"] == 24609
+    on_b200 = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, gpu_memory_mib=183359, **no_chunk)
+    assert on_b200["swa_max_total_num_tokens"] == 24609 + 2 * (16384 - 8192)
+    dp_attention = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, gpu_memory_mib=183359, tp_size=2, dp_size=2,
+                            enable_dp_attention=True, **dict(no_chunk, max_running_requests=64))
+    assert dp_attention["swa_max_total_num_tokens"] == 24609
     crowded = dict(cap)
     crowded["max_running_requests"] = 10 ** 6
     full = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, sglang_version="0.5.23", **crowded)
