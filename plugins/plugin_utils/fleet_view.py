@@ -210,9 +210,9 @@ def render_table(view, title, now, max_rows=None):
         counts[row.phase] = counts.get(row.phase, 0) + 1
     spent = int(now - view.started)
     tally = ", ".join("%d %s" % (count, phase) for phase, count in sorted(counts.items())) or "starting"
-    lines = ["%s - %d host(s), %s - %dm%02ds" % (printable(title), len(view.rows), printable(tally), spent // 60,
-                                                  spent % 60),
-             "  ".join(column.ljust(widths[i]) for i, column in enumerate(COLUMNS))]
+    head = "%s - %d host(s), %s - %dm%02ds" % (
+        printable(title), len(view.rows), printable(tally), spent // 60, spent % 60)
+    lines = [head, "  ".join(column.ljust(widths[i]) for i, column in enumerate(COLUMNS))]
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip() for cells in rows]
     if hidden:
         more = {}

@@ -197,8 +197,10 @@ def test_swa_request_cap_rules():
     assert on_h100["swa_max_total_num_tokens"] == 24609
     on_b200 = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, gpu_memory_mib=183359, **no_chunk)
     assert on_b200["swa_max_total_num_tokens"] == 24609 + 2 * (16384 - 8192)
+    two_replicas = dict(no_chunk)
+    two_replicas["max_running_requests"] = 64
     dp_attention = capacity(GPT_OSS_LIKE, 0.85, 78.9, 66.0, gpu_memory_mib=183359, tp_size=2, dp_size=2,
-                            enable_dp_attention=True, **dict(no_chunk, max_running_requests=64))
+                            enable_dp_attention=True, **two_replicas)
     assert dp_attention["swa_max_total_num_tokens"] == 24609
     crowded = dict(cap)
     crowded["max_running_requests"] = 10 ** 6
