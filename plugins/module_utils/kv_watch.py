@@ -14,19 +14,26 @@ by the module kv_watch_facts:
 - :func:`verdict`: the windows since the pin against the pin's margin: ``near_miss``, ``headroom``, ``ok`` or
   ``not_enough_traffic``, with the evidence in words and numbers.
 
-Stdlib only (prometheus_client is imported by :func:`parse_metrics` when it is called); the only I/O is the state
-file's, in :func:`append_records` and :func:`read_records`.
+Stdlib only (prometheus_client is imported by :func:`parse_metrics` when it is called); the only I/O is the GET of
+/metrics (:func:`fetch_metrics`) and the state file's, in :func:`append_records` and :func:`read_records`.
+
+The server is not trusted: it can answer /metrics with anything. No redirect is followed (it would choose where the
+watch sends a request), and nothing it wrote reaches the state file or the watch's journal: only the numbers a window
+needs, and the watch's own words for what went wrong.
 """
 from __future__ import annotations
 
 import calendar
 import errno
+import http.client
 import json
 import math
 import os
 import re
 import stat
 import time
+import urllib.error
+import urllib.request
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_pin, server_args
 
@@ -83,6 +90,68 @@ def state_path(unit):
 
 # --- /metrics ----------------------------------------------------------------------------------------------------------
 
+# The most the watch reads of one /metrics answer (SGLang's is a few KiB; a multiprocess one with histograms, tens).
+MAX_METRICS_BYTES = 4 * 2 ** 20
+# Seconds one GET of /metrics may take in all (the socket's timeout is per read: a server could drip bytes forever).
+METRICS_TIMEOUT = 5.0
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an unreadable answer, never followed: the server would choose where the watch sends a request
+    (a cloud's metadata service, another host), and what came back would be the watch's."""
+
+    def _refuse(self, req, fp, code, msg, headers):  # pylint: disable=unused-argument,too-many-arguments
+        fp.close()
+        raise MetricsError("/metrics answered HTTP %d, a redirect: not followed" % code)
+
+    http_error_301 = http_error_302 = http_error_303 = http_error_307 = http_error_308 = _refuse
+
+
+# No proxy from the environment either: /metrics is the server's own port on this host.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+
+
+def _os_words(exc):
+    """What went wrong in the watch's own words: an OS error's text, else the exception's kind (the message of an
+    http.client error quotes what the server sent)."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return type(exc).__name__
+
+
+def fetch_metrics(url, timeout=METRICS_TIMEOUT):
+    """The text of one GET of the server's /metrics at ``url`` (http or https), at most MAX_METRICS_BYTES within
+    ``timeout`` seconds. Raises MetricsError, in the watch's own words (the status, never the server's text), on a
+    redirect, any other HTTP error, an answer too long or too slow, or a connection that fails."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise MetricsError("the watch's /metrics must be an http:// or https:// URL")
+    deadline = time.monotonic() + timeout
+    chunks, size = [], 0
+    try:
+        with _OPENER.open(url, timeout=timeout) as answer:
+            while True:
+                chunk = answer.read1(65536)     # what has come, not a wait for 64 KiB
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_METRICS_BYTES:
+                    raise MetricsError("/metrics answered more than %d bytes" % MAX_METRICS_BYTES)
+                if time.monotonic() > deadline:
+                    raise MetricsError("/metrics took more than %g s to answer" % timeout)
+                chunks.append(chunk)
+    except MetricsError:
+        raise
+    except urllib.error.HTTPError as exc:
+        raise MetricsError("/metrics answered HTTP %d" % exc.code) from None
+    except urllib.error.URLError as exc:
+        raise MetricsError("/metrics cannot be reached: %s" % _os_words(exc.reason)) from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        raise MetricsError("/metrics cannot be read: %s" % _os_words(exc)) from None
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def _rank0(labels):
     """A sample of TP rank 0 (SGLang's scheduler gauges are rank 0's; a counter may come from every rank alike)."""
     return labels.get("tp_rank", "0") == "0" and labels.get("pp_rank", "0") == "0"
@@ -99,16 +168,21 @@ def parse_metrics(text, parser=None):
         except ImportError as exc:
             raise MetricsError("cannot read /metrics: prometheus_client is not installed (%s)" % exc)
     found = {}
+    families = 0
     try:
         for family in parser.text_string_to_metric_families(text):
+            families += 1
             for sample in family.samples:
                 name = sample.name
                 if (name in GAUGES or name == RETRACTED) and _rank0(sample.labels):
                     found.setdefault(name, []).append(float(sample.value))
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise MetricsError("/metrics is not in Prometheus' text format: %s" % (exc,))
+        # The parser's message quotes the line: the server's text, which the watch does not repeat.
+        raise MetricsError("/metrics is not in Prometheus' text format (%s after %d metric families)"
+                           % (type(exc).__name__, families)) from None
     if "sglang:token_usage" not in found:
-        raise MetricsError("/metrics has no sglang:token_usage of TP rank 0: %s" % _excerpt(text))
+        raise MetricsError("/metrics has no sglang:token_usage of TP rank 0 (%d bytes, %d metric families)"
+                           % (len(text), families))
     values = {}
     for name, key in GAUGES.items():
         numbers = [value for value in found.get(name, []) if math.isfinite(value)]
@@ -123,11 +197,6 @@ def parse_metrics(text, parser=None):
     retracted = found.get(RETRACTED)
     values["retracted"] = int(sum(retracted)) if retracted else None
     return values
-
-
-def _excerpt(text, limit=120):
-    text = " ".join(str(text).split())
-    return repr(text[:limit] + ("..." if len(text) > limit else ""))
 
 
 def fraction_of_argv(argv):
@@ -254,13 +323,29 @@ class Window:
 
 # --- the state file ----------------------------------------------------------------------------------------------------
 
+# The state file is readable by every local user (a capacity report need not run as root): it holds numbers of
+# /metrics, which the watch GETs without a key, as any local user can, and the watch's own words; nothing the server
+# wrote (fetch_metrics, parse_metrics).
+STATE_MODE = 0o644
+
+
+def _create(path, flags):
+    """A descriptor of ``path`` (never through a link), created STATE_MODE whatever the umask."""
+    descriptor = os.open(path, flags | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), STATE_MODE)
+    try:
+        os.fchmod(descriptor, STATE_MODE)
+    except OSError:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
 def append_records(path, records, keep):
     """Append ``records`` to the JSON-lines file ``path``; once it holds over ``keep`` * 1.1 lines, rewrite it with the
     last ``keep`` (a temporary file renamed over it: a reader never sees half a file). OSError (a full disk, say)
     is the caller's: nothing is lost that the caller still holds."""
     text = "".join(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n" for record in records)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    descriptor = os.open(path, flags, 0o644)
+    descriptor = _create(path, os.O_WRONLY | os.O_APPEND)
     try:
         os.write(descriptor, text.encode())
     finally:
@@ -269,7 +354,7 @@ def append_records(path, records, keep):
         lines = handle.read().splitlines(keepends=True)
     if len(lines) > keep + max(1, keep // 10):
         temporary = path + ".tmp"
-        with open(temporary, "wb") as handle:
+        with os.fdopen(_create(temporary, os.O_WRONLY | os.O_TRUNC), "wb") as handle:
             handle.writelines(lines[-keep:])
             handle.flush()
             os.fsync(handle.fileno())

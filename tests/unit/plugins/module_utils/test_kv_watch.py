@@ -6,9 +6,14 @@ watch folds its samples into, the bounded state file, the watcher's loop against
 restarts, garbage on /metrics, a full disk) and the verdict on the windows since a pin."""
 from __future__ import annotations
 
+import contextlib
 import errno
+import http.server
 import json
 import os
+import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -82,6 +87,120 @@ def test_the_journal_lines_of_retractions_and_ooms_are_counted():
 ])
 def test_the_running_value_is_read_from_the_command_line(argv, value):
     assert kw.fraction_of_argv(argv) == value
+
+
+# --- what the server answers on /metrics ---------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def http_server(answer):
+    """A server on 127.0.0.1 whose every GET is ``answer(handler)``; yields (its URL, the paths it was asked for)."""
+    asked = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # pylint: disable=invalid-name
+            asked.append(self.path)
+            answer(self)
+
+        def log_message(self, *_args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads, server.block_on_close = True, False
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        yield "http://127.0.0.1:%d" % server.server_address[1], asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _send(handler, status, body=b"", headers=(), reason=None):
+    handler.send_response(status, reason)
+    for name, value in headers:
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+SECRET = "AKIA-SECRET-OF-THE-METADATA-SERVICE"
+GOOD = ('# TYPE sglang:token_usage gauge\nsglang:token_usage{tp_rank="0"} 0.5\n# HELP x %s\n' % SECRET).encode()
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_from_metrics_is_not_followed_and_is_an_unreadable_sample(status):
+    # The server would choose where the watch sends a request (a cloud's metadata service, another host's port).
+    with http_server(lambda handler: _send(handler, 200, GOOD)) as (elsewhere, asked_elsewhere):
+        with http_server(lambda handler: _send(handler, status, headers=[("Location", elsewhere + "/latest")])) as (
+                url, _asked):
+            with pytest.raises(kw.MetricsError) as error:
+                kw.fetch_metrics(url + "/metrics")
+    assert asked_elsewhere == []
+    assert str(error.value) == "/metrics answered HTTP %d, a redirect: not followed" % status
+    assert "latest" not in str(error.value)
+
+
+def test_what_the_server_writes_in_an_error_is_not_repeated():
+    def bad_status(handler):
+        handler.wfile.write(("HTTP/1.1 %s\r\n\r\n" % SECRET).encode())
+
+    with http_server(lambda handler: _send(handler, 500, SECRET.encode(), reason=SECRET)) as (url, _asked):
+        with pytest.raises(kw.MetricsError) as error:
+            kw.fetch_metrics(url + "/metrics")
+    assert str(error.value) == "/metrics answered HTTP 500"
+    with http_server(bad_status) as (url, _asked):
+        with pytest.raises(kw.MetricsError) as error:
+            kw.fetch_metrics(url + "/metrics")
+    assert SECRET not in str(error.value) and str(error.value).startswith("/metrics cannot be read")
+
+
+def test_metrics_are_read_up_to_a_size_and_a_time():
+    with http_server(lambda handler: _send(handler, 200, GOOD)) as (url, asked):
+        assert kw.fetch_metrics(url + "/metrics") == GOOD.decode() and asked == ["/metrics"]
+    with http_server(lambda handler: _send(handler, 200, b"#" * (kw.MAX_METRICS_BYTES + 1))) as (url, _asked):
+        with pytest.raises(kw.MetricsError, match="more than 4194304 bytes"):
+            kw.fetch_metrics(url + "/metrics")
+
+    def drip(handler):
+        handler.send_response(200)
+        handler.end_headers()
+        try:
+            for _tick in range(30):
+                handler.wfile.write(b"# a comment a tenth of a second\n")
+                handler.wfile.flush()
+                time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            pass            # the watch gave up, as it should
+
+    with http_server(drip) as (url, _asked):
+        started = time.monotonic()
+        with pytest.raises(kw.MetricsError, match="took more than 1 s"):
+            kw.fetch_metrics(url + "/metrics", timeout=1)
+        assert time.monotonic() - started < 2.5
+    with pytest.raises(kw.MetricsError, match="must be an http:// or https:// URL"):
+        kw.fetch_metrics("file:///etc/shadow")
+
+
+@pytest.mark.parametrize("text", [
+    "<html><body>%s</body></html>" % SECRET,                                           # not Prometheus' format
+    'sglang:token_usage{tp_rank="0"} %s\n' % SECRET,                                    # a value that is not a number
+    "# TYPE %s gauge\n%s 1\n" % (SECRET.replace("-", "_"), SECRET.replace("-", "_")),   # no sglang:token_usage
+])
+def test_nothing_the_server_answers_reaches_the_state_file_but_the_numbers(tmp_path, text):
+    # The state file is 0644 (a capacity report may run as a user that is not root): what the server answers must
+    # not reach it, nor the watch's journal, only the numbers a window needs and the watch's own words.
+    host, said = Host(), []
+    host.metrics_text = text
+    watcher = _watcher(tmp_path, host, said)
+    for now in range(4):
+        watcher.step(now)
+    written = (tmp_path / "windows.jsonl").read_text()
+    assert SECRET not in written and SECRET.replace("-", "_") not in written
+    assert not any(SECRET in line or SECRET.replace("-", "_") in line for line in said)
+    record = kw.read_records(str(tmp_path / "windows.jsonl"))[0][0]
+    assert record["errors"] == {"metrics": 4} and record["last_error"].startswith("metrics: /metrics ")
+    assert stat.S_IMODE(os.stat(tmp_path / "windows.jsonl").st_mode) == 0o644
 
 
 # --- windows -----------------------------------------------------------------------------------------------------------
