@@ -56,8 +56,15 @@ GAUGES = {
     "sglang:max_total_num_tokens": "pool_tokens",
 }
 RETRACTED = "sglang:num_retracted_requests_total"
+# The largest count the watch reads (tokens, requests, retractions): far beyond any pool or batch. A number of the
+# server's over it, or not finite, is not a measurement: the sample (or the journal line) is unreadable, and no sum
+# of the watch can overflow.
+MAX_COUNT = 10 ** 12
+# The range of each watched number of /metrics: token usage is a share of the pool (a little over 1 is rounding).
+RANGES = dict({name: (0, MAX_COUNT) for name in GAUGES if name != "sglang:token_usage"},
+              **{"sglang:token_usage": (0, 2), RETRACTED: (0, MAX_COUNT)})
 # SGLang's retraction line (scheduler, 0.4 to 0.5.23) and torch's or CUDA's device OOM (as startup_failure reads it).
-RETRACT_LINE = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
+RETRACT_LINE = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: ([0-9]+)")
 OOM_LINE = re.compile(
     r"OutOfMemoryError|(?:CUDA|HIP|NPU|XPU|MUSA) out of memory|CUDA error: out of memory"
     r"|memory allocation failed with OOM"
@@ -175,7 +182,14 @@ def parse_metrics(text, parser=None):
             for sample in family.samples:
                 name = sample.name
                 if (name in GAUGES or name == RETRACTED) and _rank0(sample.labels):
-                    found.setdefault(name, []).append(float(sample.value))
+                    value = float(sample.value)
+                    low, high = RANGES[name]
+                    if not (math.isfinite(value) and low <= value <= high):
+                        # The value itself is the server's: not repeated.
+                        raise MetricsError("/metrics has %s out of range [%g, %g]" % (name, low, high))
+                    found.setdefault(name, []).append(value)
+    except MetricsError:
+        raise
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         # The parser's message quotes the line: the server's text, which the watch does not repeat.
         raise MetricsError("/metrics is not in Prometheus' text format (%s after %d metric families)"
@@ -185,7 +199,7 @@ def parse_metrics(text, parser=None):
                            % (len(text), families))
     values = {}
     for name, key in GAUGES.items():
-        numbers = [value for value in found.get(name, []) if math.isfinite(value)]
+        numbers = found.get(name)
         if not numbers:
             values[key] = None
         elif key == "token_usage":
@@ -209,16 +223,22 @@ def fraction_of_argv(argv):
 
 
 def journal_counts(lines):
-    """(retraction lines, requests they retracted, OOM lines) of a stretch of the unit's journal."""
-    retract_lines = retracted = ooms = 0
+    """(retraction lines, requests they retracted, OOM lines, retraction lines left out) of a stretch of the unit's
+    journal: a retraction line whose count is over MAX_COUNT is no measurement, and is left out (and counted)."""
+    retract_lines = retracted = ooms = unreadable = 0
     for line in lines:
         match = RETRACT_LINE.search(line)
         if match:
+            digits = match.group(1).lstrip("0") or "0"
+            # The length first: int() of thousands of digits is slow, and refused past 4300.
+            if len(digits) > len(str(MAX_COUNT)) or int(digits) > MAX_COUNT:
+                unreadable += 1
+                continue
             retract_lines += 1
-            retracted += int(match.group(1))
+            retracted += int(digits)
         elif OOM_LINE.search(line):
             ooms += 1
-    return retract_lines, retracted, ooms
+    return retract_lines, retracted, ooms, unreadable
 
 
 # --- windows -----------------------------------------------------------------------------------------------------------
@@ -252,8 +272,8 @@ class Window:
         self.errors = {}
         self.last_error = None
 
-    def error(self, kind, message):
-        self.errors[kind] = self.errors.get(kind, 0) + 1
+    def error(self, kind, message, count=1):
+        self.errors[kind] = self.errors.get(kind, 0) + count
         self.last_error = "%s: %s" % (kind, message)
 
     def add(self, gpus=None, metrics=None, invocation=None, value=None, retracted_since=None):
@@ -297,10 +317,13 @@ class Window:
                         entry[1] = (free, gpu["index"])
 
     def add_journal(self, lines):
-        retract_lines, retracted, ooms = journal_counts(lines)
+        retract_lines, retracted, ooms, unreadable = journal_counts(lines)
         self.retract_lines += retract_lines
         self.retracted_logged += retracted
         self.ooms += ooms
+        if unreadable:
+            self.error("journal", "%d retraction line(s) with a count over %d left out" % (unreadable, MAX_COUNT),
+                       unreadable)
 
     def record(self, end):
         """The window as the JSON object the state file keeps."""

@@ -76,7 +76,58 @@ def test_the_journal_lines_of_retractions_and_ooms_are_counted():
              "[2026-12-05 10:00:02 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1",
              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
              "Decode batch. #running-req: 12"]
-    assert kw.journal_counts(lines) == (2, 4, 1)
+    assert kw.journal_counts(lines) == (2, 4, 1, 0)
+
+
+RETRACT = "KV cache pool is full. Retract requests. #retracted_reqs: %s"
+
+
+@pytest.mark.parametrize("metric, value", [
+    ("sglang:num_retracted_requests_total", "1e400"),      # a float that overflows: inf
+    ("sglang:num_used_tokens", "1e308"),                    # finite, but two replicas' sum overflows
+    ("sglang:max_total_num_tokens", "-5"),
+    ("sglang:num_running_reqs", "1e13"),
+    ("sglang:token_usage", "1e400"),
+    ("sglang:token_usage", "NaN"),
+    ("sglang:token_usage", "-0.5"),
+])
+def test_a_number_out_of_range_on_metrics_is_an_unreadable_sample_never_the_end_of_the_watch(tmp_path, metric, value):
+    host = Host()
+    # Two DP replicas of TP rank 0 (one for the usage, which replaces the usual one).
+    host.metrics_text = "".join(line + "\n" for line in (METRICS % (0.5, 1)).splitlines()
+                                if metric != "sglang:token_usage" or not line.startswith("sglang:token_usage"))
+    host.metrics_text += "".join('%s{tp_rank="0",dp_rank="%d"} %s\n' % (metric, rank, value)
+                                 for rank in ((0,) if metric == "sglang:token_usage" else (0, 1)))
+    watcher = _watcher(tmp_path, host)
+    for now in range(4):
+        watcher.step(now)
+    record = kw.read_records(str(tmp_path / "windows.jsonl"))[0][0]
+    assert record["errors"] == {"metrics": 4} and record["serving_samples"] == 0
+    assert record["peaks"] == {} and record["pool_tokens"] is None and record["retractions"] == 0
+    assert record["last_error"].startswith("metrics: /metrics has %s out of range [" % metric)
+    with pytest.raises(kw.MetricsError, match="%s out of range" % metric):
+        kw.parse_metrics(host.metrics_text)
+
+
+@pytest.mark.parametrize("count", [str(10 ** 400), "9" * 5000, "1" + "0" * 12 + "1"])
+def test_a_journal_line_with_a_huge_count_is_left_out_and_counted_never_the_end_of_the_watch(tmp_path, count):
+    host = Host()
+    host.journal_lines = [RETRACT % count, RETRACT % 2, "torch.OutOfMemoryError: CUDA out of memory."]
+    assert kw.journal_counts(host.journal_lines) == (1, 2, 1, 1)
+    watcher = _watcher(tmp_path, host)
+    for now in range(4):
+        watcher.step(now)
+    record = kw.read_records(str(tmp_path / "windows.jsonl"))[0][0]
+    assert (record["retract_lines"], record["retracted_logged"], record["oom_lines"]) == (1, 2, 1)
+    assert record["errors"] == {"journal": 1}
+    assert record["last_error"] == ("journal: 1 retraction line(s) with a count over %d left out" % kw.MAX_COUNT)
+
+
+def test_the_largest_numbers_in_range_are_read():
+    text = (METRICS % (1.0, kw.MAX_COUNT)).replace("} 1000\n", "} %d\n" % kw.MAX_COUNT)
+    values = kw.parse_metrics(text)
+    assert (values["token_usage"], values["pool_tokens"], values["retracted"]) == (1.0, kw.MAX_COUNT, kw.MAX_COUNT)
+    assert kw.journal_counts([RETRACT % kw.MAX_COUNT]) == (1, kw.MAX_COUNT, 0, 0)
 
 
 @pytest.mark.parametrize("argv, value", [
