@@ -386,11 +386,82 @@ def append_records(path, records, keep):
 
 # The most the reader takes of a state file: the default 4032 windows are about 5 MiB.
 MAX_STATE_BYTES = 64 * 2 ** 20
+# The largest count a window may hold (an int64: what any reader of the facts can hold), and its latest time (the
+# year 5138: time.gmtime() of more fails on some platforms).
+MAX_RECORD_COUNT = 2 ** 63 - 1
+MAX_RECORD_TIME = 1e11
+
+
+def _is_count(value):
+    return checks.is_integer(value) and 0 <= value <= MAX_RECORD_COUNT
+
+
+def _is_number_or_null(value):
+    return value is None or checks.is_number(value)
+
+
+def _is_gpu_or_null(value):
+    return value is None or isinstance(value, str) or _is_count(value)
+
+
+def _is_object_of(value, entry):
+    return isinstance(value, dict) and all(isinstance(key, str) and entry(item) for key, item in value.items())
+
+
+def _is_gpu_entry(value):
+    return isinstance(value, dict) and all(_is_number_or_null(value.get(key)) for key in (
+        "least_free_gib", "usage_then", "total_gib", "others_peak_gib"))
+
+
+def _is_band(value):
+    return (isinstance(value, dict) and checks.is_number(value.get("seconds")) and value["seconds"] >= 0
+            and _is_number_or_null(value.get("least_free_gib")) and _is_gpu_or_null(value.get("gpu")))
+
+
+# What each field of a window must be, where the window has it (the verdict, the tuner and the capacity report read
+# them as such), and how the reader says what is wrong. start and end are required.
+_FIELDS = {
+    "unit": (lambda value: isinstance(value, str), "a text"),
+    "interval": (lambda value: checks.is_number(value) and value > 0, "a positive number"),
+    "value": (lambda value: value is None or (checks.is_number(value) and 0 < value < 1), "a fraction or null"),
+    "pool_tokens": (lambda value: value is None or _is_count(value), "a count or null"),
+    "invocations": (lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value),
+                    "a list of texts"),
+    "least_free_gib": (_is_number_or_null, "a number or null"),
+    "least_free_gpu": (_is_gpu_or_null, "a GPU or null"),
+    "usage_at_least_free": (_is_number_or_null, "a number or null"),
+    "bands": (lambda value: _is_object_of(value, _is_band), "an object of bands"),
+    "peaks": (lambda value: _is_object_of(value, _is_number_or_null), "an object of numbers"),
+    "gpus": (lambda value: _is_object_of(value, _is_gpu_entry), "an object of GPUs"),
+    "errors": (lambda value: _is_object_of(value, _is_count), "an object of counts"),
+    "last_error": (lambda value: value is None or isinstance(value, str), "a text or null"),
+}
+_FIELDS.update({key: (_is_count, "a count") for key in (
+    "samples", "serving_samples", "retractions", "retract_lines", "retracted_logged", "oom_lines")})
+
+
+def window_problem(record):
+    """Why ``record`` (a line of the state file, parsed) is not a window of this watch that the verdict can read, or
+    None: the format's version, start and end (times, in order), and the type of every other field it has."""
+    if not isinstance(record, dict) or record.get("v") != RECORD_VERSION:
+        return "not a window of this watch"
+    for key in ("start", "end"):
+        if key not in record:
+            return "not a window of this watch: no %s" % key
+        if not checks.is_number(record[key]) or not 0 <= record[key] <= MAX_RECORD_TIME:
+            return "not a window of this watch: %s is not a time" % key
+    if record["end"] < record["start"]:
+        return "not a window of this watch: end is before start"
+    for key, (valid, kind) in _FIELDS.items():
+        if key in record and not valid(record[key]):
+            return "not a window of this watch: %s is not %s" % (key, kind)
+    return None
 
 
 def read_records(path, since=None):
     """The windows of the state file ``path`` (ending after ``since``, a Unix time) and the lines it could not read
-    (a list of "line N: why"). A missing file is no windows. Root reads what another user (the watch's) writes: a
+    (a list of "line N: why", every one of them: :func:`window_problem`'s reasons, not JSON, too long). A missing
+    file is no windows. Root reads what another user (the watch's) writes: a
     link, a FIFO or anything but a regular file, or a file over MAX_STATE_BYTES, raises WatchError without blocking."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
@@ -414,11 +485,10 @@ def read_records(path, since=None):
         else:
             try:
                 record = json.loads(line)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 record, why = None, "not JSON (%s)" % exc
-            if why is None and not (isinstance(record, dict) and record.get("v") == RECORD_VERSION
-                                    and checks.is_number(record.get("end"))):
-                why = "not a window of this watch"
+            if why is None:
+                why = window_problem(record)
         if why is not None:
             bad.append("line %d: %s" % (number, why))
         elif since is None or record["end"] > since:

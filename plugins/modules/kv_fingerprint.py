@@ -216,7 +216,8 @@ pin:
 watch:
   description:
     - With O(watch), what the headroom watch says - verdict, reasons and evidence (as
-      M(llmserve.sglang.kv_watch_facts) returns them), windows (since the pin), bad_lines, pool_tokens (the running
+      M(llmserve.sglang.kv_watch_facts) returns them), windows (since the pin), bad_line_count and bad_lines (the
+      state file's lines that are not windows - how many, and the first 20 named), pool_tokens (the running
       start's pool as its /metrics gives it, V(null) when unknown), retune (the reason it gives, or V(null)),
       lower_to (the value a near miss is verified at), proposal (what it would do with O(watch.action=act)), and error
       (why it could not be read).
@@ -579,8 +580,8 @@ def read_watch(params, unit, pin, invocation_id):
     except kv_watch.WatchError as exc:
         return {"error": str(exc), "retune": None, "proposal": None, "verdict": None}
     pool = kv_watch.current_pool(records, invocation_id, time.time())
-    out = dict(result, windows=result["evidence"]["windows"], bad_lines=bad[:20], pool_tokens=pool, path=path,
-               error=None)
+    out = dict(result, windows=result["evidence"]["windows"], bad_lines=bad[:20], bad_line_count=len(bad),
+               pool_tokens=pool, path=path, error=None)
     out.update(kv_watch.decision(result, pin, params["action"], pool, params["pool_tolerance"]))
     return out
 

@@ -22,7 +22,8 @@ description:
   - V(ok) when the pool was full for long enough and the spare memory is within those steps.
   - V(not_enough_traffic) when the pool was not full for O(headroom_hours), or the watch has no window since the pin.
     No proposal is made on traffic that never tested the pin.
-  - Lines of the state file that are not windows of the watch are reported in C(bad_lines) of RV(watch), never read.
+  - Lines of the state file that are not windows of the watch (not JSON, too long, or a field of the wrong type) are
+    counted in C(bad_line_count) of RV(watch) and named in C(bad_lines) (the first 20), never read.
     Reads only; changes nothing.
 options:
   unit:
@@ -106,7 +107,8 @@ evidence:
   type: dict
 watch:
   description: The watch itself - unit, active (its ActiveState), path, windows (in the file), first and last (Unix
-    times), stale (its last window is older than three windows), bad_lines and last_error (of the last window).
+    times), stale (its last window is older than three windows), bad_line_count (the lines that are not windows),
+    bad_lines (the first 20 of them, each C(line N) and why) and last_error (of the last window).
   returned: always
   type: dict
 recent:
@@ -204,7 +206,7 @@ def main():
         stale = bool(last["end"] < time.time() - 3 * length - 60)
     watch = {"unit": watch_unit, "active": watch_state(module, watch_unit), "path": path, "windows": len(records),
              "first": records[0].get("start") if records else None, "last": last and last["end"], "stale": stale,
-             "bad_lines": bad[:20], "last_error": last and last.get("last_error")}
+             "bad_lines": bad[:20], "bad_line_count": len(bad), "last_error": last and last.get("last_error")}
     recent = records[-params["recent"]:] if params["recent"] > 0 else []
     module.exit_json(changed=False, verdict=verdict, reasons=reasons, evidence=evidence, watch=watch, recent=recent,
                      pin=pin)
