@@ -39,8 +39,12 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_
 
 GIB = 2 ** 30
 RECORD_VERSION = 1
-# A window is a line of JSON of at most this many bytes (8 GPUs, every field): a longer line is not ours.
+# A window is a line of JSON of at most this many bytes (8 GPUs, every field, are about 1.3 KiB): a longer line is
+# not ours. The watch keeps its windows under it: the last MAX_INVOCATIONS starts of a window (and their count), an
+# error of MAX_ERROR_CHARS at most, and the per-GPU entries left out of a window of more GPUs than a line holds.
 MAX_LINE_BYTES = 16384
+MAX_INVOCATIONS = 16
+MAX_ERROR_CHARS = 300
 # The token usage from which the pool counts as full: SGLang admits requests while it can reserve their tokens and
 # retracts near the top, so a usage of 0.9 is the pool under real pressure.
 FULL_USAGE = 0.9
@@ -266,7 +270,8 @@ class Window:
         self.bands = {}              # band -> [samples at or above it, (free GiB, GPU) least free among them]
         self.peaks = {}
         self.pool_tokens = self.value = None
-        self.invocations = []
+        self.invocations = []        # the last MAX_INVOCATIONS starts seen (the current one last)
+        self.invocation_count = 0    # all the starts seen
         self.retractions = 0
         self.retract_lines = self.retracted_logged = self.ooms = 0
         self.errors = {}
@@ -274,7 +279,7 @@ class Window:
 
     def error(self, kind, message, count=1):
         self.errors[kind] = self.errors.get(kind, 0) + count
-        self.last_error = "%s: %s" % (kind, message)
+        self.last_error = ("%s: %s" % (kind, message))[:MAX_ERROR_CHARS]
 
     def add(self, gpus=None, metrics=None, invocation=None, value=None, retracted_since=None):
         """One sample: ``gpus`` the unit's GPUs ({index, free_bytes, total_bytes, others_bytes}, None when they could
@@ -282,7 +287,8 @@ class Window:
         and --mem-fraction-static, and the retraction counter's increase since the last sample of the same start."""
         self.samples += 1
         if invocation and invocation not in self.invocations:
-            self.invocations.append(invocation)
+            self.invocations = (self.invocations + [invocation])[-MAX_INVOCATIONS:]
+            self.invocation_count += 1
         if value is not None:
             self.value = value
         usage = None
@@ -326,12 +332,21 @@ class Window:
                        unreadable)
 
     def record(self, end):
-        """The window as the JSON object the state file keeps."""
+        """The window as the JSON object the state file keeps, a line of MAX_LINE_BYTES at most."""
+        record = self._record(end)
+        if len(json.dumps(record, sort_keys=True, separators=(",", ":"))) > MAX_LINE_BYTES:
+            self.error("size", "%d GPUs are more than a line of %d bytes holds: their entries left out"
+                       % (len(self.gpus), MAX_LINE_BYTES))
+            record = dict(record, gpus={}, errors=dict(self.errors), last_error=self.last_error)
+        return record
+
+    def _record(self, end):
         least = self.least or (None, None, None)
         return {
             "v": RECORD_VERSION, "unit": self.unit, "start": round(self.start, 1), "end": round(end, 1),
             "interval": self.interval, "samples": self.samples, "serving_samples": self.serving,
-            "value": self.value, "pool_tokens": self.pool_tokens, "invocations": self.invocations,
+            "value": self.value, "pool_tokens": self.pool_tokens, "invocations": list(self.invocations),
+            "invocation_count": self.invocation_count,
             "least_free_gib": least[0], "least_free_gpu": least[1], "usage_at_least_free": least[2],
             "bands": {"%g" % band: {"seconds": round(count * self.interval, 1),
                                     "least_free_gib": None if low is None else low[0],
@@ -340,7 +355,7 @@ class Window:
             "peaks": self.peaks, "gpus": self.gpus,
             "retractions": self.retractions, "retract_lines": self.retract_lines,
             "retracted_logged": self.retracted_logged, "oom_lines": self.ooms,
-            "errors": self.errors, "last_error": self.last_error,
+            "errors": dict(self.errors), "last_error": self.last_error,
         }
 
 
@@ -437,7 +452,8 @@ _FIELDS = {
     "last_error": (lambda value: value is None or isinstance(value, str), "a text or null"),
 }
 _FIELDS.update({key: (_is_count, "a count") for key in (
-    "samples", "serving_samples", "retractions", "retract_lines", "retracted_logged", "oom_lines")})
+    "samples", "serving_samples", "retractions", "retract_lines", "retracted_logged", "oom_lines",
+    "invocation_count")})
 
 
 def window_problem(record):
@@ -623,10 +639,30 @@ def _at_pin(record, value):
     return record.get("value") is None or abs(record["value"] - value) < 1e-6
 
 
-def verdict(entry, records, full_usage=FULL_USAGE, headroom_steps=2, headroom_hours=24.0, storm_retractions=20):
+def verdict(entry, records, full_usage=FULL_USAGE, headroom_steps=2, headroom_hours=24.0, storm_retractions=20,
+            unreadable=()):
     """What the windows since the pin say about it. ``entry`` is the unit's fact entry (mem_fraction_static, time,
-    settings.safety_gib and .resolution). Returns {verdict, reasons, evidence}; reasons are sentences, evidence the
-    numbers they come from."""
+    settings.safety_gib and .resolution); ``unreadable`` the state file's lines that are not windows (read_records'
+    second list), which the verdict counts (evidence unreadable_lines) and names in its last reason. Returns
+    {verdict, reasons, evidence}; reasons are sentences, evidence the numbers they come from."""
+    result = _verdict(entry, records, full_usage, headroom_steps, headroom_hours, storm_retractions)
+    result["evidence"]["unreadable_lines"] = len(unreadable)
+    if unreadable:
+        result["reasons"].append("%d line(s) of the watch's state file could not be read and are left out of this "
+                                 "verdict (%s)" % (len(unreadable), unreadable[0]))
+    return result
+
+
+def _restarts(records):
+    """The restarts the windows saw: their distinct starts less one, and the starts each window counted beyond the
+    last MAX_INVOCATIONS it kept."""
+    listed = {i for record in records for i in record.get("invocations") or []}
+    beyond = sum(max(0, (record.get("invocation_count") or 0) - len(record.get("invocations") or []))
+                 for record in records)
+    return max(0, len(listed) + beyond - 1)
+
+
+def _verdict(entry, records, full_usage, headroom_steps, headroom_hours, storm_retractions):
     value = checks.number("the pin's mem_fraction_static", entry.get("mem_fraction_static"), WatchError, above=0)
     matching = [band for band in BANDS if checks.is_number(full_usage) and abs(band - full_usage) < 1e-9]
     if not matching:
@@ -646,7 +682,7 @@ def verdict(entry, records, full_usage=FULL_USAGE, headroom_steps=2, headroom_ho
         "least_free_gib": None, "least_free_full_gib": None, "step_gib": None,
         "retractions": sum(_retracted(record) for record in since),
         "oom_lines": sum(record.get("oom_lines") or 0 for record in since),
-        "restarts": max(0, len({i for record in since for i in record.get("invocations") or []}) - 1),
+        "restarts": _restarts(since),
         "others_peak_gib": max([gpu.get("others_peak_gib") or 0 for record in since
                                 for gpu in (record.get("gpus") or {}).values()] or [0.0]),
         "token_usage_peak": max([(record.get("peaks") or {}).get("token_usage") or 0 for record in since] or [0.0]),

@@ -576,7 +576,7 @@ def read_watch(params, unit, pin, invocation_id):
         records, bad = kv_watch.read_records(path)
         result = kv_watch.verdict(pin, records, full_usage=params["full_usage"],
                                   headroom_hours=params["headroom_hours"], headroom_steps=params["headroom_steps"],
-                                  storm_retractions=params["storm_retractions"])
+                                  storm_retractions=params["storm_retractions"], unreadable=bad)
     except kv_watch.WatchError as exc:
         return {"error": str(exc), "retune": None, "proposal": None, "verdict": None}
     pool = kv_watch.current_pool(records, invocation_id, time.time())

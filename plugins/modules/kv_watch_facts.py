@@ -101,8 +101,8 @@ evidence:
   description:
     - The numbers of the windows since the pin (V(null) without a pin) - windows, from, to, value, margin_gib,
       full_usage, full_hours, least_free_gib, least_free_full_gib, step_gib, retractions, oom_lines, restarts,
-      others_peak_gib, token_usage_peak; spare_steps once the pool was full long enough, and proposed_value with
-      V(headroom).
+      others_peak_gib, token_usage_peak, unreadable_lines (the state file's lines left out, also named in the last
+      of RV(reasons)); spare_steps once the pool was full long enough, and proposed_value with V(headroom).
   returned: always
   type: dict
 watch:
@@ -168,11 +168,12 @@ def watch_state(module, watch_unit):
     return state.get("ActiveState") if state.get("LoadState") == "loaded" else "not installed"
 
 
-def judge(pin, records, params):
+def judge(pin, records, bad, params):
     if pin is None:
         return None, ["the unit has no pin in %s: nothing to judge the windows against" % params["fact_path"]], None
     result = kv_watch.verdict(pin, records, full_usage=params["full_usage"], headroom_steps=params["headroom_steps"],
-                              headroom_hours=params["headroom_hours"], storm_retractions=params["storm_retractions"])
+                              headroom_hours=params["headroom_hours"], storm_retractions=params["storm_retractions"],
+                              unreadable=bad)
     return result["verdict"], result["reasons"], result["evidence"]
 
 
@@ -196,7 +197,7 @@ def main():
         path = params["state_path"] or kv_watch.state_path(params["unit"])
         records, bad = kv_watch.read_records(path)
         pin = read_pin(module, params["unit"], params["fact_path"])
-        verdict, reasons, evidence = judge(pin, records, params)
+        verdict, reasons, evidence = judge(pin, records, bad, params)
     except kv_watch.WatchError as exc:
         module.fail_json(msg=str(exc))
     last = records[-1] if records else None

@@ -354,6 +354,49 @@ def test_every_window_the_watch_writes_is_one_the_reader_takes(tmp_path):
     assert len(records) == 3 and bad == []
 
 
+def test_a_window_of_a_crash_looping_server_stays_under_the_line_limit_and_its_restarts_count(tmp_path):
+    # A server that restarts every sample: every start's InvocationID, an OOM line each, a long error.
+    window = kw.Window("sglang.service", PIN["time"] + 10, 0.5)
+    for start in range(600):
+        window.add(gpus=[_gpu(index, 30.0) for index in range(8)], metrics={"token_usage": 0.95},
+                   invocation="%032x" % start, value=0.9)
+    window.add_journal(["torch.OutOfMemoryError: CUDA out of memory."] * 600)
+    window.error("unit", "x" * 100000)
+    path = str(tmp_path / "windows.jsonl")
+    kw.append_records(path, [window.record(PIN["time"] + 310)], keep=10)
+    records, bad = kw.read_records(path)
+    assert bad == [] and len(records) == 1
+    assert len(Path(path).read_bytes()) <= kw.MAX_LINE_BYTES
+    record = records[0]
+    assert record["invocation_count"] == 600 and record["invocations"][-1] == "%032x" % 599
+    assert len(record["last_error"]) <= 300 and record["errors"] == {"unit": 1}
+    assert kw.verdict(PIN, records)["evidence"]["restarts"] == 599
+
+
+def test_the_restarts_of_windows_that_kept_only_their_last_starts_are_counted():
+    records = [_window(PIN["time"] + 3600, least_full=3.5, invocations=["a", "b"], invocation_count=40),
+               _window(PIN["time"] + 7200, least_full=3.5, invocations=["b", "c"], invocation_count=2)]
+    assert kw.verdict(PIN, records)["evidence"]["restarts"] == 40      # a..b and 38 more, then c
+
+
+def test_a_window_of_more_gpus_than_a_line_holds_keeps_its_figures_without_the_per_gpu_entries(tmp_path):
+    window = kw.Window("sglang.service", PIN["time"] + 10, 5)
+    window.add(gpus=[_gpu(index, 30.0 + index) for index in range(300)], metrics={"token_usage": 0.95},
+               invocation="a", value=0.9)
+    record = window.record(PIN["time"] + 310)
+    assert len(json.dumps(record, sort_keys=True, separators=(",", ":"))) <= kw.MAX_LINE_BYTES
+    assert record["gpus"] == {} and record["least_free_gib"] == 30.0 and record["errors"] == {"size": 1}
+    assert record["last_error"] == "size: 300 GPUs are more than a line of 16384 bytes holds: their entries left out"
+
+
+def test_lines_left_out_are_counted_and_named_in_the_verdict():
+    result = kw.verdict(PIN, _day(3.5), unreadable=["line 14: longer than 16384 bytes", "line 20: not JSON (x)"])
+    assert result["verdict"] == "headroom" and result["evidence"]["unreadable_lines"] == 2
+    assert result["reasons"][-1] == ("2 line(s) of the watch's state file could not be read and are left out of this "
+                                     "verdict (line 14: longer than 16384 bytes)")
+    assert kw.verdict(PIN, _day(3.5))["evidence"]["unreadable_lines"] == 0
+
+
 def test_a_missing_file_is_no_windows_and_a_link_a_fifo_or_a_huge_file_is_refused(tmp_path, monkeypatch):
     assert kw.read_records(str(tmp_path / "none.jsonl")) == ([], [])
     os.symlink("/etc/shadow", str(tmp_path / "link.jsonl"))
