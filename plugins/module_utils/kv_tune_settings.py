@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_pin, kv_search
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_pin, kv_search, kv_watch
 
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9_.@-]+\.service$")
 
@@ -99,6 +99,13 @@ def check_settings(raw):
          "kv_tune_class_margin_steps must be a whole number of grid steps in [0, 20] (got %s)."
          % raw.get("class_margin_steps"))
     settings["pin_tokens"] = bool(raw.get("pin_tokens"))
+    # The headroom watch's settings (the role's kv_tune_watch_*), within the watch's own ranges (kv_watch.BOUNDS).
+    settings["watch"] = None
+    if raw.get("watch") is not None:
+        try:
+            settings["watch"] = kv_watch.check_settings(raw["watch"], "kv_tune_watch_")
+        except kv_watch.WatchError as exc:
+            need(False, str(exc))
     settings["run_id"] = raw.get("run_id")
     if settings["run_id"] is not None:
         try:

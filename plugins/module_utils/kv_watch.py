@@ -75,6 +75,31 @@ OOM_LINE = re.compile(
 )
 
 VERDICTS = ("near_miss", "headroom", "ok", "not_enough_traffic")
+# A pool smaller than the verified one by more than this share, at the same value, is a reason to tune again.
+POOL_TOLERANCE = 0.02
+WATCH_ACTIONS = ("propose", "act")
+
+# The closed range of each setting of the watch (its service's --interval, --window and --keep: the role's
+# sglang_service_kv_watch_*) and of its readers (kv_watch_facts, kv_fingerprint's watch, the kv_tune role's
+# kv_tune_watch_*, the capacity report's capacity_report_watch_*), with its unit and why, as the tuner's own
+# (kv_tune_settings.BOUNDS): a typo is refused where the setting enters, before it crashes a probe, re-tunes a pin
+# that holds or lets the state file grow. The roles' argument specs and the module docs state the same ranges
+# (tests/unit/plugins/test_kv_watch_contract.py).
+BOUNDS = {
+    "interval": (1, 300, "seconds", "faster than a sample a second only loads the server and the host; slower than "
+                                    "one in five minutes misses what a window is for"),
+    "window": (1, 86400, "seconds", "a window is a line of the state file: a day at most"),
+    "keep": (1, 20160, "windows", "the state file keeps at least one window, and at most 70 days of 5-minute "
+                                  "windows (about 26 MiB), well under the 64 MiB its reader takes"),
+    "recent": (0, 20160, "windows", "the most windows a watch keeps"),
+    "headroom_hours": (0.0005, 8760, "hours", "a verdict needs some time at a full pool (a test host's 1.8 s at "
+                                              "least), and a year at most"),
+    "headroom_steps": (0, 100, "grid steps", "more spare steps than that is headroom on any grid"),
+    "storm_retractions": (1, 1000000, "requests", "a storm is one retracted request in a window at least"),
+    "pool_tolerance": (0, 0.5, "of the verified pool", "below 0 every pool that holds reads as smaller, a re-tune on "
+                                                       "every run; over a half, no pool would"),
+}
+INTEGER_SETTINGS = ("keep", "recent", "headroom_steps", "storm_retractions")
 
 
 class MetricsError(ValueError):
@@ -83,6 +108,48 @@ class MetricsError(ValueError):
 
 class WatchError(checks.InvalidInput):
     """A state file or a setting the watch cannot use; the message names it."""
+
+
+def bound_text(name):
+    """The range of setting ``name`` as the messages and the docs write it: ``[1, 20160] windows``."""
+    low, high, unit, _why = BOUNDS[name]
+    return "[%s, %s] %s" % (low, high, unit)
+
+
+def check_settings(raw, prefix=""):
+    """The watch's settings in ``raw`` (any of BOUNDS' names, full_usage and action; state_path passes as it is)
+    checked and typed. WatchError names the setting as ``prefix`` + its name (``kv_tune_watch_keep``, ``--keep``),
+    its range and why."""
+    if not isinstance(raw, dict):
+        raise WatchError("the headroom watch's settings must be a dictionary, got %r" % (raw,))
+    out = {}
+    for name, value in raw.items():
+        label = "%s%s" % (prefix, name)
+        if name in BOUNDS:
+            number = checks.parse_number(label, value, int if name in INTEGER_SETTINGS else float, WatchError)
+            low, high, _unit, why = BOUNDS[name]
+            if not low <= number <= high:
+                raise WatchError("%s must lie in %s (got %g): %s." % (label, bound_text(name), number, why))
+            out[name] = number
+        elif name == "full_usage":
+            matching = [band for band in BANDS if checks.is_number(value) and abs(band - value) < 1e-9]
+            if not matching:
+                raise WatchError("%s must be one of the watch's bands %s, got %r"
+                                 % (label, ", ".join("%g" % band for band in BANDS), value))
+            out[name] = matching[0]
+        elif name == "action":
+            if value not in WATCH_ACTIONS:
+                raise WatchError("%s must be one of %s (got %r)" % (label, ", ".join(WATCH_ACTIONS), value))
+            out[name] = value
+        elif name == "state_path":
+            out[name] = value
+        else:
+            raise WatchError("%s is not a setting of the headroom watch (%s)"
+                             % (label, ", ".join(sorted(set(BOUNDS) | {"full_usage", "action", "state_path"}))))
+    if "interval" in out and "window" in out and out["window"] < out["interval"]:
+        raise WatchError("%swindow (%g) must not be shorter than %sinterval (%g): a window holds a sample at least."
+                         % (prefix, out["window"], prefix, out["interval"]))
+    return out
 
 
 def watch_unit(unit):
@@ -381,7 +448,8 @@ def _create(path, flags):
 def append_records(path, records, keep):
     """Append ``records`` to the JSON-lines file ``path``; once it holds over ``keep`` * 1.1 lines, rewrite it with the
     last ``keep`` (a temporary file renamed over it: a reader never sees half a file). OSError (a full disk, say)
-    is the caller's: nothing is lost that the caller still holds."""
+    is the caller's: nothing is lost that the caller still holds. A ``keep`` out of its range raises WatchError."""
+    keep = check_settings({"keep": keep})["keep"]
     text = "".join(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n" for record in records)
     descriptor = _create(path, os.O_WRONLY | os.O_APPEND)
     try:
@@ -521,8 +589,10 @@ class Watcher:
     lines. Every failure of a source is counted in the window and the last one said; none stops the watch."""
 
     def __init__(self, unit, sources, path, interval, window, keep, log=None):
+        """Raises WatchError on an ``interval``, ``window`` or ``keep`` out of its range (BOUNDS)."""
+        settings = check_settings({"interval": interval, "window": window, "keep": keep})
         self.unit, self.sources, self.path = unit, sources, path
-        self.interval, self.window_seconds, self.keep = interval, window, keep
+        self.interval, self.window_seconds, self.keep = settings["interval"], settings["window"], settings["keep"]
         self.log = log or (lambda message: None)
         self.window = None
         self.pending = []            # windows not written yet (the disk was full): kept, bounded by keep
@@ -663,12 +733,12 @@ def _restarts(records):
 
 
 def _verdict(entry, records, full_usage, headroom_steps, headroom_hours, storm_retractions):
+    settings = check_settings({"full_usage": full_usage, "headroom_steps": headroom_steps,
+                               "headroom_hours": headroom_hours, "storm_retractions": storm_retractions})
+    full_usage, headroom_steps = settings["full_usage"], settings["headroom_steps"]
+    headroom_hours, storm_retractions = settings["headroom_hours"], settings["storm_retractions"]
     value = checks.number("the pin's mem_fraction_static", entry.get("mem_fraction_static"), WatchError, above=0)
-    matching = [band for band in BANDS if checks.is_number(full_usage) and abs(band - full_usage) < 1e-9]
-    if not matching:
-        raise WatchError("full_usage must be one of the watch's bands %s, got %r"
-                         % (", ".join("%g" % band for band in BANDS), full_usage))
-    band = "%g" % matching[0]
+    band = "%g" % full_usage
     settings = entry.get("settings") or {}
     margin = checks.number("the pin's safety_gib", settings.get("safety_gib"), WatchError, minimum=0)
     resolution = checks.number("the pin's resolution", settings.get("resolution"), WatchError, above=0)
@@ -728,6 +798,11 @@ def _verdict(entry, records, full_usage, headroom_steps, headroom_hours, storm_r
             "the pool was at a token usage of %s or more for %s of the %s needed to judge (peak usage %s)"
             % (_usage(full_usage), _hours(full_hours), _hours(headroom_hours),
                _usage(evidence["token_usage_peak"]))]}
+    if least_full is None:
+        # The pool was full, but no GPU's memory was read then (NVML and nvidia-smi failed all along).
+        return {"verdict": "not_enough_traffic", "evidence": evidence, "reasons": [
+            "the pool was at a token usage of %s or more for %s, but no GPU's memory was read then: nothing to judge "
+            "the headroom by" % (_usage(full_usage), _hours(full_hours))]}
     spare = least_full[0] - margin
     steps = int(math.floor(spare / step_gib + 1e-9)) if step_gib else 0
     evidence["spare_steps"] = steps
@@ -784,16 +859,14 @@ def current_pool(records, invocation_id, now):
     return last.get("pool_tokens")
 
 
-# A pool smaller than the verified one by more than this share, at the same value, is a reason to tune again.
-POOL_TOLERANCE = 0.02
-WATCH_ACTIONS = ("propose", "act")
-
-
 def decision(result, pin, action="propose", pool_tokens=None, pool_tolerance=POOL_TOLERANCE):
     """What the watch asks of the tuner for a unit whose pin otherwise holds: ``retune`` (why, or None), ``lower_to``
     (the value a near miss is verified at, or None: a search as usual) and ``proposal`` (what it would do, not done).
     ``result`` is :func:`verdict`'s (None without a pin); ``pool_tokens`` the running server's
-    max_total_num_tokens as /metrics gives it now (None: unknown)."""
+    max_total_num_tokens as /metrics gives it now (None: unknown). Raises WatchError on an ``action`` or a
+    ``pool_tolerance`` out of its range."""
+    settings = check_settings({"action": action, "pool_tolerance": pool_tolerance})
+    action, pool_tolerance = settings["action"], settings["pool_tolerance"]
     out = {"retune": None, "lower_to": None, "proposal": None}
     verified = (pin or {}).get("tokens")
     if pool_tokens and verified and pool_tokens < verified * (1 - pool_tolerance):

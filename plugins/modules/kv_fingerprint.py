@@ -80,7 +80,7 @@ options:
         judge the windows since the pin (as M(llmserve.sglang.kv_watch_facts) does). RV(watch) has the verdict, and
         RV(retune_reason) names a near miss with memory to free, a pool smaller than the verified one, or (with
         C(action=act)) headroom.
-      - Omitted, the watch is not read.
+      - Omitted, the watch is not read. A setting out of its range fails the module before the host is read.
     type: dict
     suboptions:
       action:
@@ -93,19 +93,21 @@ options:
         type: float
         default: 0.9
       headroom_hours:
-        description: Hours at a full pool before the windows are judged for headroom.
+        description: Hours at a full pool before the windows are judged for headroom (0.0005 to 8760).
         type: float
         default: 24
       headroom_steps:
-        description: Steps over the margin that are still V(ok).
+        description: Steps over the margin that are still V(ok) (0 to 100).
         type: int
         default: 2
       storm_retractions:
-        description: Requests retracted in one window that make a retraction storm.
+        description: Requests retracted in one window that make a retraction storm (1 to 1000000).
         type: int
         default: 20
       pool_tolerance:
-        description: How much smaller than the verified pool (a share) the running pool may be before it is a reason.
+        description: >-
+          How much smaller than the verified pool (a share) the running pool may be before it is a reason (0 to
+          0.5).
         type: float
         default: 0.02
       state_path:
@@ -510,6 +512,11 @@ def main() -> None:
         supports_check_mode=True,
     )
     unit = module.params["unit"]
+    if module.params["watch"]:
+        try:
+            kv_watch.check_settings(module.params["watch"], prefix="watch.")
+        except kv_watch.WatchError as exc:
+            module.fail_json(msg=str(exc))
     fp_reader = Fingerprint(module)
     try:
         paths = kv_pin.paths(unit)

@@ -156,7 +156,8 @@ options:
     description:
       - "Read each unit's headroom watch (role llmserve.sglang.sglang_service with C(sglang_service_kv_watch)) and act
         on it, with these settings, the suboptions of O(llmserve.sglang.kv_fingerprint#module:watch): C(action),
-        C(full_usage), C(headroom_hours), C(headroom_steps), C(storm_retractions), C(pool_tolerance)."
+        C(full_usage), C(headroom_hours), C(headroom_steps), C(storm_retractions), C(pool_tolerance), each within the
+        range stated there (a setting out of it is refused before anything runs)."
       - A near miss with memory to free is tuned again from the pin less the missing memory (C(start) and C(cap) that
         value for that unit), verified under the load; a pool smaller than the verified one is tuned again as usual;
         headroom is a proposal in the unit's line, or with C(action=act) a search from the pin.

@@ -44,22 +44,23 @@ options:
     type: float
     default: 0.9
   headroom_hours:
-    description: Hours at a full pool before the windows are judged for headroom.
+    description: Hours at a full pool before the windows are judged for headroom (0.0005 to 8760).
     type: float
     default: 24
   headroom_steps:
-    description: Steps of the pin's resolution over the margin that are still V(ok); more is V(headroom).
+    description: Steps of the pin's resolution over the margin that are still V(ok); more is V(headroom) (0 to 100).
     type: int
     default: 2
   storm_retractions:
-    description: Requests retracted in one window that make a retraction storm (a V(near_miss)).
+    description: Requests retracted in one window that make a retraction storm (a V(near_miss)) (1 to 1000000).
     type: int
     default: 20
   recent:
-    description: How many of the last windows to return in RV(recent).
+    description: How many of the last windows to return in RV(recent) (0 to 20160).
     type: int
     default: 12
 notes:
+  - A setting out of its range fails the module, naming it, its range and why.
   - The watch samples every few seconds; an allocation that comes and goes between two samples is not seen.
   - SGLang's gauges are refreshed after a prefill batch, every 40 decode steps, or every 30 s when idle.
 attributes:
@@ -193,6 +194,8 @@ def main():
     )
     params = module.params
     try:
+        kv_watch.check_settings({name: params[name] for name in (
+            "full_usage", "headroom_hours", "headroom_steps", "storm_retractions", "recent")})
         watch_unit = kv_watch.watch_unit(params["unit"])
         path = params["state_path"] or kv_watch.state_path(params["unit"])
         records, bad = kv_watch.read_records(path)

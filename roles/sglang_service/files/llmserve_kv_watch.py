@@ -87,6 +87,11 @@ def main(argv=None):
     parser.add_argument("--keep", type=int, default=4032)
     parser.add_argument("--prefer", default="auto", choices=gpu_probe.PREFER_CHOICES)
     args = parser.parse_args(argv)
+    try:
+        # The ranges of kv_watch.BOUNDS (keep 0 would let the state file grow without bound), before anything runs.
+        kv_watch.check_settings({"interval": args.interval, "window": args.window, "keep": args.keep}, prefix="--")
+    except kv_watch.WatchError as exc:
+        parser.error(str(exc))
     url = args.url
     watcher = kv_watch.Watcher(args.unit, Sources(args.unit, url, args.prefer), args.state, args.interval,
                                args.window, args.keep, log=lambda line: print(line, flush=True))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_tune_settings
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_watch as kw
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "metrics"
@@ -669,6 +670,93 @@ def test_the_running_pool_is_the_last_windows_of_the_same_start_and_recent():
     assert kw.current_pool(records, "c", now=1100.0) is None          # another start
     assert kw.current_pool(records, "b", now=1000.0 + 4 * 3600) is None   # an old window
     assert kw.current_pool([], "b", now=1.0) is None
+
+
+# --- the settings ------------------------------------------------------------------------------------------------------
+
+def test_headroom_hours_0_is_refused_not_a_crash_of_the_probe():
+    # A day at a full pool whose GPUs could not be read: no least free memory at a full pool.
+    records = _day(None)
+    with pytest.raises(kw.WatchError) as error:
+        kw.verdict(PIN, records, headroom_hours=0)
+    assert str(error.value) == ("headroom_hours must lie in [0.0005, 8760] hours (got 0): a verdict needs some time at "
+                                "a full pool (a test host's 1.8 s at least), and a year at most.")
+
+
+def test_a_full_pool_whose_memory_was_never_read_is_not_enough_traffic_not_a_crash():
+    result = kw.verdict(PIN, _day(None))
+    assert result["verdict"] == "not_enough_traffic"
+    assert result["reasons"] == ["the pool was at a token usage of 0.90 or more for 24.00 h, but no GPU's memory was "
+                                 "read then: nothing to judge the headroom by"]
+
+
+def test_a_pool_tolerance_below_0_is_refused_not_a_retune_of_a_pin_that_holds():
+    pin = dict(PIN, tokens=200000)
+    with pytest.raises(kw.WatchError, match=r"pool_tolerance must lie in \[0, 0.5\] of the verified pool \(got -0.5\)"):
+        kw.decision(None, pin, pool_tokens=200000, pool_tolerance=-0.5)
+    assert kw.decision(None, pin, pool_tokens=200000, pool_tolerance=0)["retune"] is None
+
+
+def test_keep_0_is_refused_where_the_state_file_would_grow_without_bound(tmp_path):
+    with pytest.raises(kw.WatchError, match=r"keep must lie in \[1, 20160\] windows \(got 0\)"):
+        kw.Watcher("sglang.service", Host(), str(tmp_path / "windows.jsonl"), interval=1, window=3, keep=0)
+    with pytest.raises(kw.WatchError, match=r"keep must lie in \[1, 20160\] windows \(got 0\)"):
+        kw.append_records(str(tmp_path / "windows.jsonl"), [{"v": 1}], keep=0)
+    assert not (tmp_path / "windows.jsonl").exists()
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("headroom_hours", 0, "kv_tune_watch_headroom_hours must lie in [0.0005, 8760] hours (got 0)"),
+    ("headroom_hours", 1e9, "kv_tune_watch_headroom_hours must lie in [0.0005, 8760] hours (got 1e+09)"),
+    ("headroom_hours", float("nan"), "kv_tune_watch_headroom_hours must be finite"),
+    ("headroom_hours", "lots", "kv_tune_watch_headroom_hours must be a number, got 'lots'"),
+    ("headroom_steps", -1, "kv_tune_watch_headroom_steps must lie in [0, 100] grid steps (got -1)"),
+    ("headroom_steps", 2.5, "kv_tune_watch_headroom_steps must be an integer"),
+    ("storm_retractions", 0, "kv_tune_watch_storm_retractions must lie in [1, 1000000] requests (got 0)"),
+    ("pool_tolerance", -0.5, "kv_tune_watch_pool_tolerance must lie in [0, 0.5] of the verified pool (got -0.5)"),
+    ("pool_tolerance", 1, "kv_tune_watch_pool_tolerance must lie in [0, 0.5] of the verified pool (got 1)"),
+    ("interval", 0.001, "kv_tune_watch_interval must lie in [1, 300] seconds (got 0.001)"),
+    ("window", 1e9, "kv_tune_watch_window must lie in [1, 86400] seconds (got 1e+09)"),
+    ("keep", 0, "kv_tune_watch_keep must lie in [1, 20160] windows (got 0)"),
+    ("keep", True, "kv_tune_watch_keep must be a number, got True"),
+    ("recent", -1, "kv_tune_watch_recent must lie in [0, 20160] windows (got -1)"),
+    ("full_usage", 0.85, "kv_tune_watch_full_usage must be one of the watch's bands 0.5, 0.6, 0.7, 0.8, 0.9, 0.95"),
+    ("action", "maybe", "kv_tune_watch_action must be one of propose, act (got 'maybe')"),
+    ("headroom", 1, "kv_tune_watch_headroom is not a setting of the headroom watch"),
+])
+def test_every_setting_out_of_its_range_is_refused_with_its_name_and_range(name, value, message):
+    with pytest.raises(kw.WatchError) as error:
+        kw.check_settings({name: value}, prefix="kv_tune_watch_")
+    assert message in str(error.value)
+
+
+def test_a_window_shorter_than_the_interval_is_refused():
+    with pytest.raises(kw.WatchError, match=r"--window \(5\) must not be shorter than --interval \(10\)"):
+        kw.check_settings({"interval": 10, "window": 5, "keep": 10}, prefix="--")
+
+
+@pytest.mark.parametrize("name", sorted(kw.BOUNDS))
+def test_each_bound_of_the_watch_itself_is_accepted(name):
+    low, high = kw.BOUNDS[name][:2]
+    for value in (low, high, str(high)):
+        assert kw.check_settings({name: value})[name] == float(value)
+
+
+def test_the_tuner_refuses_a_watch_setting_out_of_range_before_anything_runs():
+    settings = {"unit": "sglang.service", "start": None, "cap": 0.98, "resolution": 0.005, "safety_gib": 1.0,
+                "budget": 6, "min_tokens": None, "force": False, "ready_timeout": 1800, "ready_interval": 5,
+                "stress_fill_ratio": 0.95, "stress_duration": 120, "confirm_timeout": 2640}
+    watch = {"action": "propose", "full_usage": 0.9, "headroom_hours": 24, "headroom_steps": 2,
+             "storm_retractions": 20, "pool_tolerance": 0.02}
+    assert kv_tune_settings.check_settings(dict(settings, watch=watch))["watch"]["headroom_hours"] == 24.0
+    with pytest.raises(kv_tune_settings.TuneError) as error:
+        kv_tune_settings.check_settings(dict(settings, watch=dict(watch, pool_tolerance=-0.5)))
+    assert str(error.value).startswith("Invalid input for llmserve.sglang.kv_tune: kv_tune_watch_pool_tolerance must "
+                                       "lie in [0, 0.5] of the verified pool (got -0.5)")
+    with pytest.raises(kv_tune_settings.TuneError, match="kv_tune_watch_headroom_hours must lie in"):
+        kv_tune_settings.check_settings(dict(settings, watch=dict(watch, headroom_hours="0")))
+    with pytest.raises(kv_tune_settings.TuneError, match="the headroom watch's settings must be a dictionary"):
+        kv_tune_settings.check_settings(dict(settings, watch="yes"))
 
 
 def test_the_watch_unit_and_state_file_of_a_server():
