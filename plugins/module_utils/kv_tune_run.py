@@ -18,7 +18,7 @@ The search itself is :class:`kv_tune.Tuner`'s; a :class:`UnitRun` turns its step
 """
 from __future__ import annotations
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_multinode, kv_pin, kv_search
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_multinode, kv_pin, kv_search, kv_watch
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import (
     look_findings, pool_findings, start_findings)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_search import value_text
@@ -174,6 +174,7 @@ class UnitRun(NodeSteps):
         self.tuned = tuned or {}
         self.outcome_of = outcome_of or (lambda _host: None)
         self.s = None           # check_settings' of args
+        self.missed = None      # the value that missed under real traffic on this fingerprint (the headroom watch)
         self.url = args["url"]
         self.gpus = None        # the unit's (and its neighbours') GPUs; None: unknown, every GPU counts
         self.first_other = {}   # GPU -> bytes other processes held there at the search's first look
@@ -357,11 +358,23 @@ class UnitRun(NodeSteps):
             if plan["do"] != "tune":
                 raise RunFailed("%s did not settle before the search (%s)" % (settings["unit"], plan.get("why")))
         lower_to = (info.get("watch") or {}).get("lower_to")
+        self.missed = kv_watch.missed_value(info.get("pin"), info.get("fingerprint_hash"))
         if safe is None and lower_to is not None and plan["why"] == info["watch"]["retune"]:
             # A near miss under real traffic: the pin less the memory it missed, verified under the load; the
             # synthetic load held the pin, so the search must not climb back to it.
             lower_to = kv_search.grid_down(lower_to + kv_search.TOLERANCE, settings["resolution"])
             self.s = settings = dict(settings, start=lower_to, cap=lower_to)
+            self.missed = min(info["pin"]["mem_fraction_static"], self.missed or 1.0)
+        elif self.missed is not None:
+            # A value missed under real traffic on this fingerprint: no search (headroom's included) goes back to it.
+            below = kv_search.grid_down(self.missed - settings["resolution"] + kv_search.TOLERANCE,
+                                        settings["resolution"])
+            if below < settings["cap"] - kv_search.TOLERANCE:
+                yield say("%s: %s missed under real traffic on this fingerprint (the headroom watch): the search "
+                          "stays at or below %s" % (self.label, fraction_text(self.missed), value_text(
+                              below, settings["resolution"])))
+                self.s = settings = dict(settings, cap=below, start=None if settings["start"] is None
+                                         else min(settings["start"], below))
         self.url = info["url"] or self.url
         # The formula must know the model (attention, dtype) before anything restarts: an unknown one fails here.
         model = model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"],
@@ -415,8 +428,11 @@ class UnitRun(NodeSteps):
         return self._report("unchanged", plan["why"], line, dict(info, pin=entry))
 
     def _pin_entry(self, entry, info):
-        """A commit's fact entry; with kv_tune_pin_tokens, with the cap on the pool that the pin then writes
+        """A commit's fact entry, with the value that missed under real traffic on this fingerprint (``missed``, for
+        the searches after it); with kv_tune_pin_tokens, with the cap on the pool that the pin then writes
         (kv_pin.pool_cap: the verified pool, None for a hybrid model), said once when there is none."""
+        if self.missed is not None:
+            entry = dict(entry, missed=self.missed)
         if not self.s["pin_tokens"]:
             return entry
         cap, why_not = kv_pin.pool_cap(entry.get("tokens"), split_pool(info.get("config"), self.seen_boots),

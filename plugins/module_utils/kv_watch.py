@@ -338,6 +338,7 @@ class Window:
         self.peaks = {}
         self.pool_tokens = self.value = None
         self.invocations = []        # the last MAX_INVOCATIONS starts seen (the current one last)
+        self.trial_samples = 0       # samples taken while the tuner's trial drop-in was loaded: its load, not traffic
         self.invocation_count = 0    # all the starts seen
         self.retractions = 0
         self.retract_lines = self.retracted_logged = self.ooms = 0
@@ -348,11 +349,13 @@ class Window:
         self.errors[kind] = self.errors.get(kind, 0) + count
         self.last_error = ("%s: %s" % (kind, message))[:MAX_ERROR_CHARS]
 
-    def add(self, gpus=None, metrics=None, invocation=None, value=None, retracted_since=None):
+    def add(self, gpus=None, metrics=None, invocation=None, value=None, retracted_since=None, trial=False):
         """One sample: ``gpus`` the unit's GPUs ({index, free_bytes, total_bytes, others_bytes}, None when they could
         not be read), ``metrics`` parse_metrics' dict (None when /metrics did not answer), the unit's InvocationID
-        and --mem-fraction-static, and the retraction counter's increase since the last sample of the same start."""
+        and --mem-fraction-static, the retraction counter's increase since the last sample of the same start, and
+        whether the tuner's trial drop-in was loaded (systemd's DropInPaths: a trial runs)."""
         self.samples += 1
+        self.trial_samples += 1 if trial else 0
         if invocation and invocation not in self.invocations:
             self.invocations = (self.invocations + [invocation])[-MAX_INVOCATIONS:]
             self.invocation_count += 1
@@ -421,7 +424,7 @@ class Window:
                       for band, (count, low) in sorted(self.bands.items())},
             "peaks": self.peaks, "gpus": self.gpus,
             "retractions": self.retractions, "retract_lines": self.retract_lines,
-            "retracted_logged": self.retracted_logged, "oom_lines": self.ooms,
+            "retracted_logged": self.retracted_logged, "oom_lines": self.ooms, "trial_samples": self.trial_samples,
             "errors": dict(self.errors), "last_error": self.last_error,
         }
 
@@ -521,7 +524,7 @@ _FIELDS = {
 }
 _FIELDS.update({key: (_is_count, "a count") for key in (
     "samples", "serving_samples", "retractions", "retract_lines", "retracted_logged", "oom_lines",
-    "invocation_count")})
+    "invocation_count", "trial_samples")})
 
 
 def window_problem(record):
@@ -630,7 +633,7 @@ class Watcher:
                     self._say("the server's /metrics cannot be read: %s" % exc)
         gpus = self._gpus(window)
         window.add(gpus=gpus, metrics=metrics, invocation=invocation, value=value,
-                   retracted_since=self._retracted_since(invocation, metrics))
+                   retracted_since=self._retracted_since(invocation, metrics), trial=bool(unit and unit.get("trial")))
         if now - window.start >= self.window_seconds:
             self.close(now)
 
@@ -743,10 +746,13 @@ def _verdict(entry, records, full_usage, headroom_steps, headroom_hours, storm_r
     margin = checks.number("the pin's safety_gib", settings.get("safety_gib"), WatchError, minimum=0)
     resolution = checks.number("the pin's resolution", settings.get("resolution"), WatchError, above=0)
     pinned_at = pin_time(entry.get("time"))
-    # Windows begun before the pin hold the tuner's own stress load of the value it then pinned: not real traffic.
-    since = [record for record in records if record["start"] >= pinned_at and _at_pin(record, value)]
+    # Windows begun before the pin hold the tuner's own stress load of the value it then pinned, and a window that
+    # saw a trial (its drop-in loaded) holds a later run's load, whatever became of that trial: not real traffic.
+    after = [record for record in records if record["start"] >= pinned_at and _at_pin(record, value)]
+    since = [record for record in after if not record.get("trial_samples")]
     evidence = {
         "windows": len(since), "from": since[0]["start"] if since else None, "to": since[-1]["end"] if since else None,
+        "trial_windows": len(after) - len(since),
         "value": value, "margin_gib": margin, "full_usage": full_usage,
         "full_hours": None,
         "least_free_gib": None, "least_free_full_gib": None, "step_gib": None,
@@ -773,23 +779,34 @@ def _verdict(entry, records, full_usage, headroom_steps, headroom_hours, storm_r
         reasons.append("the least free memory under traffic was %.2f GiB on GPU %s at %s (token usage %s), under "
                        "the pin's margin of %.2f GiB" % (least[0], least[1], _when(record["end"]),
                                                          _usage(record.get("usage_at_least_free")), margin))
-    if evidence["oom_lines"]:
-        reasons.append("%d out-of-memory line(s) in the server's journal since the pin"
-                       % evidence["oom_lines"])
+    # The served process writes its own journal and can print anything: an OOM line counts only where the unit
+    # started again after it (its own restart after an OOM exit, which systemd reports, not the server).
+    evidence["oom_lines_after_restart"] = _ooms_with_a_restart(since)
+    if evidence["oom_lines_after_restart"]:
+        reasons.append("%d out-of-memory line(s) in the server's journal since the pin, each followed by a restart "
+                       "of the unit" % evidence["oom_lines_after_restart"])
+    claimed = evidence["oom_lines"] - evidence["oom_lines_after_restart"]
     storms = [record for record in since if _retracted(record) >= storm_retractions]
     if storms:
         worst = max(storms, key=_retracted)
         reasons.append("a retraction storm: %d request(s) retracted in the window ending %s (threshold %d)"
                        % (_retracted(worst), _when(worst["end"]), storm_retractions))
+    if claimed:
+        said = ("%d out-of-memory line(s) in the server's journal since the pin with no restart of the unit after "
+                "them: claimed by the log only (the server can print anything), not acted on" % claimed)
     if reasons:
         # How far down a re-tune takes the pin: the missing memory in whole steps; two at least after an OOM, whose
         # shortfall no sample measured; none for retractions alone (a smaller pool retracts more, it frees nothing).
         steps = int(math.ceil((margin - least[0]) / step_gib - 1e-9)) if least and least[0] < margin and step_gib else 0
-        if evidence["oom_lines"]:
+        if evidence["oom_lines_after_restart"]:
             steps = max(steps, 2)
         evidence["lower_steps"] = steps
         evidence["lower_to"] = round(value - steps * resolution, 6) if steps else None
-        return {"verdict": "near_miss", "reasons": reasons, "evidence": evidence}
+        return {"verdict": "near_miss", "reasons": reasons + ([said] if claimed else []), "evidence": evidence}
+    if claimed:
+        # Reported and proposed, never acted on, and no headroom is judged from a stretch that claims a miss.
+        evidence.update(lower_steps=0, lower_to=None, claimed_only=True)
+        return {"verdict": "near_miss", "reasons": [said], "evidence": evidence}
     if not since:
         return {"verdict": "not_enough_traffic", "evidence": evidence,
                 "reasons": ["no window of the watch since the pin (%s)" % _when(pinned_at)]}
@@ -818,6 +835,21 @@ def _verdict(entry, records, full_usage, headroom_steps, headroom_hours, storm_r
         "of %.2f GiB by %d step(s), at most %d"
         % (_usage(full_usage), _hours(full_hours), least_full[0], least_full[1], margin, steps,
            headroom_steps)]}
+
+
+def _ooms_with_a_restart(records):
+    """The OOM lines of the windows after which the unit started again: a start in the window itself (more than one)
+    or first seen in the next window."""
+    count, seen = 0, set()
+    for index, record in enumerate(records):
+        starts = record.get("invocations") or []
+        after = records[index + 1].get("invocations") or [] if index + 1 < len(records) else []
+        restarted = (record.get("invocation_count") or len(starts)) > 1 \
+            or any(start not in seen and start not in starts for start in after)
+        seen.update(starts)
+        if restarted:
+            count += record.get("oom_lines") or 0
+    return count
 
 
 def _retracted(record):
@@ -859,6 +891,15 @@ def current_pool(records, invocation_id, now):
     return last.get("pool_tokens")
 
 
+def missed_value(pin, fingerprint_hash):
+    """The value that missed under real traffic (the pin's ``missed``, written when a near miss lowered it), while
+    the memory picture is the one it missed on (the pin's fingerprint is ``fingerprint_hash``); else None."""
+    missed = (pin or {}).get("missed")
+    if not checks.is_number(missed) or not fingerprint_hash or pin.get("fingerprint_hash") != fingerprint_hash:
+        return None
+    return float(missed)
+
+
 def decision(result, pin, action="propose", pool_tokens=None, pool_tolerance=POOL_TOLERANCE):
     """What the watch asks of the tuner for a unit whose pin otherwise holds: ``retune`` (why, or None), ``lower_to``
     (the value a near miss is verified at, or None: a search as usual) and ``proposal`` (what it would do, not done).
@@ -877,7 +918,9 @@ def decision(result, pin, action="propose", pool_tokens=None, pool_tolerance=POO
         return out
     evidence = result["evidence"]
     if result["verdict"] == "near_miss":
-        if evidence.get("lower_to"):
+        if evidence.get("claimed_only"):
+            out["proposal"] = "a near miss claimed by the server's journal (%s)" % result["reasons"][0]
+        elif evidence.get("lower_to"):
             out["retune"] = ("a near miss under real traffic (%s): lowering the pin %d step(s) to %s and verifying it "
                              "under the load" % (result["reasons"][0], evidence["lower_steps"], evidence["lower_to"]))
             out["lower_to"] = evidence["lower_to"]
@@ -885,7 +928,13 @@ def decision(result, pin, action="propose", pool_tokens=None, pool_tolerance=POO
             out["proposal"] = ("a near miss under real traffic (%s); not lowered: a smaller pool would retract more"
                                % result["reasons"][0])
     elif result["verdict"] == "headroom":
-        if action == "act":
+        missed = missed_value(pin, pin.get("fingerprint_hash"))
+        resolution = (pin.get("settings") or {}).get("resolution") or 0.005
+        if missed is not None and pin["mem_fraction_static"] + resolution > missed - resolution + 1e-9:
+            # Never back up to a value that missed under real traffic: the next step up is it, or past it.
+            out["proposal"] = ("headroom under real traffic (%s), but %s missed under real traffic on this "
+                               "fingerprint: the pin stays below it" % (result["reasons"][0], missed))
+        elif action == "act":
             out["retune"] = "headroom under real traffic (%s): a search from the pin" % result["reasons"][0]
         else:
             out["proposal"] = ("headroom under real traffic (%s): kv_tune_watch_action=act would search from the pin"

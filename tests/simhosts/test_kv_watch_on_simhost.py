@@ -35,6 +35,7 @@ DEPLOY = {"sglang_service_kv_watch": True, "sglang_service_kv_watch_interval": 1
 # fraction and retracts, so traffic of mixed lengths holds its pool at about 0.6 to 0.8, not above 0.9.
 JUDGE = {"kv_tune_watch_headroom_hours": 0.0005, "kv_tune_watch_full_usage": 0.6}
 FULL = {"headroom_hours": 0.0005, "full_usage": 0.6}
+RES = 0.005   # the tuner's grid (kv_tune_resolution's default)
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +117,12 @@ def test_a_near_miss_under_real_traffic_lowers_the_pin_and_verifies_it(host, tmp
     assert result["trials"][-1]["outcome"] == "stable" and running_fraction(HOST) == pytest.approx(after)
 
 
-def test_headroom_under_plain_traffic_is_proposed_and_with_act_searched_from_the_pin(host, tmp_path):
-    lowered = fact(HOST)["mem_fraction_static"]
+def test_headroom_under_plain_traffic_is_proposed_and_with_act_searched_below_the_value_that_missed(host, tmp_path):
+    """Issue 32, item 7b: before, the search with act climbed straight back to the value that missed under the
+    logprob traffic; it now stays below it (the pin records it: missed)."""
+    pin = fact(HOST)
+    lowered, missed = pin["mem_fraction_static"], pin["missed"]
+    assert missed > lowered, pin
     started = invocation(HOST)
     traffic(8, 1.3)
     proposed = tune(host, tmp_path / "propose", **JUDGE, kv_tune_watch_headroom_steps=0)
@@ -127,7 +132,12 @@ def test_headroom_under_plain_traffic_is_proposed_and_with_act_searched_from_the
     acted = tune(host, tmp_path / "act", **JUDGE, kv_tune_watch_headroom_steps=0, kv_tune_watch_action="act")
     assert acted.status == "successful", acted.stdout[-8000:]
     assert "headroom under real traffic" in acted.stdout
-    assert fact(HOST)["mem_fraction_static"] > lowered, report(tmp_path / "act", HOST)["trials"]
+    if lowered + RES < missed - RES + 1e-9:   # room below the miss: a search, capped one step below it
+        assert "missed under real traffic on this fingerprint (the headroom watch): the search stays at or below" \
+            in acted.stdout, acted.stdout[-8000:]
+        assert lowered < fact(HOST)["mem_fraction_static"] < missed, report(tmp_path / "act", HOST)["trials"]
+    else:                                     # the next step up is the miss: said, nothing restarts
+        assert "the pin stays below it" in acted.stdout and fact(HOST)["mem_fraction_static"] == lowered
 
 
 def test_the_capacity_report_shows_the_production_headroom_and_its_timeline(host, tmp_path):

@@ -26,7 +26,7 @@ LIBRARY = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, LIBRARY)
 
 # pylint: disable=wrong-import-position
-from ansible_collections.llmserve.sglang.plugins.module_utils import gpu_probe, host_commands, host_files, kv_watch  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils import gpu_probe, host_commands, host_files, kv_pin, kv_watch  # noqa: E402
 
 C_LOCALE = dict(os.environ, **host_commands.C_LOCALE)
 
@@ -45,14 +45,16 @@ class Sources:
 
     def unit(self):
         code, out, err = run(["systemctl", "show", self.unit_name,
-                              "--property=ActiveState,MainPID,InvocationID,ControlGroup"])
+                              "--property=ActiveState,MainPID,InvocationID,ControlGroup,DropInPaths"])
         if code != 0:
             raise RuntimeError("systemctl show %s failed (rc %d): %s" % (self.unit_name, code, err.strip()))
         state = host_commands.parse_show(out)
         if state.get("ActiveState") not in ("active", "activating", "reloading") or state.get("MainPID") in (None, "", "0"):
             return None
+        # The tuner's trial drop-in loaded: the server runs a trial (its load, or a value not verified yet).
+        trial = kv_pin.paths(self.unit_name)["trial"] in (state.get("DropInPaths") or "").split()
         return {"invocation": state.get("InvocationID") or None, "main_pid": int(state["MainPID"]),
-                "control_group": state.get("ControlGroup") or None}
+                "control_group": state.get("ControlGroup") or None, "trial": trial}
 
     @staticmethod
     def pids(control_group):

@@ -426,10 +426,12 @@ class Host:
         self.invocation, self.unit_pids, self.usage, self.retracted, self.free = "a", {101, 102}, 0.95, 0, 1.5
         self.metrics_text = None
         self.journal_lines = []
+        self.trial = False
 
     def unit(self):
         return None if self.invocation is None else {"invocation": self.invocation, "main_pid": 101,
-                                                     "control_group": "/system.slice/sglang.service"}
+                                                     "control_group": "/system.slice/sglang.service",
+                                                     "trial": self.trial}
 
     def pids(self, _group):
         return set(self.unit_pids)
@@ -640,6 +642,8 @@ def test_a_near_miss_lowers_by_the_missing_memory_in_whole_steps():
 def test_an_oom_lowers_two_steps_at_least_and_a_storm_alone_is_only_said():
     records = _day(5.0)
     records[3]["oom_lines"] = 1
+    for record in records[4:]:     # the unit started again after it: systemd's word, not the server's
+        record["invocations"] = ["b"]
     assert kw.decision(kw.verdict(PIN, records), PIN)["lower_to"] == 0.89
     records = _day(5.0)
     records[3]["retractions"] = 40
@@ -764,3 +768,73 @@ def test_the_watch_unit_and_state_file_of_a_server():
     assert kw.state_path("sglang.service") == "/var/lib/llmserve-kv-watch-sglang/windows.jsonl"
     with pytest.raises(kw.WatchError):
         kw.watch_unit("../etc.service/x")
+
+
+@pytest.mark.parametrize("where", ["same window", "next window"])
+def test_an_oom_line_counts_only_with_the_units_restart_after_it(where):
+    # issue 32, item 7: a prompt holding "CUDA out of memory", logged with --log-requests, lowered a pin two steps
+    # (0.885 -> 0.875) with no memory ever short; the served process writes its own journal
+    records = _day(5.0)
+    records[3]["oom_lines"] = 2
+    result = kw.verdict(PIN, records)
+    assert result["verdict"] == "near_miss" and result["evidence"]["claimed_only"]
+    assert result["reasons"] == ["2 out-of-memory line(s) in the server's journal since the pin with no restart of "
+                                 "the unit after them: claimed by the log only (the server can print anything), not "
+                                 "acted on"]
+    asked = kw.decision(result, PIN)
+    assert asked["retune"] is None and asked["lower_to"] is None
+    assert asked["proposal"].startswith("a near miss claimed by the server's journal (2 out-of-memory line(s)")
+    # the same lines with the unit's own restart after them: a near miss acted on
+    if where == "same window":
+        records[3]["invocations"] = ["a", "b"]
+    else:
+        records[4]["invocations"] = ["b"]
+    result = kw.verdict(PIN, records)
+    assert result["evidence"]["oom_lines_after_restart"] == 2 and not result["evidence"].get("claimed_only")
+    assert "each followed by a restart of the unit" in result["reasons"][0]
+    assert kw.decision(result, PIN)["lower_to"] == 0.89
+
+
+def test_claimed_lines_beside_a_measured_shortfall_are_said_and_do_not_add_steps():
+    records = _day(2.0)
+    records[5] = _window(records[5]["end"], least_full=2.0, least=0.85, oom_lines=3)
+    result = kw.verdict(PIN, records)
+    # 0.15 GiB missing: one step, not the two an OOM after which the unit restarted would take
+    assert result["evidence"]["lower_steps"] == 1 and "claimed by the log only" in result["reasons"][-1]
+
+
+def test_headroom_never_asks_to_go_back_to_a_value_that_missed_under_real_traffic():
+    # issue 32, item 7b: after a near miss lowered 0.885 -> 0.840, 7 s of plain traffic took it straight back
+    result = kw.verdict(PIN, _day(3.5))
+    lowered = dict(PIN, fingerprint_hash="H1", missed=0.905)
+    asked = kw.decision(result, lowered, action="act")
+    assert asked["retune"] is None
+    assert asked["proposal"].endswith("but 0.905 missed under real traffic on this fingerprint: the pin stays below it")
+    # two steps below the miss, one step up is still below it: the search may go (the tuner caps it below the miss)
+    assert kw.decision(result, dict(lowered, missed=0.91), action="act")["retune"].startswith("headroom under real")
+    assert kw.missed_value(lowered, "H1") == 0.905
+    assert kw.missed_value(lowered, "H2") is None and kw.missed_value(PIN, "H1") is None
+
+
+def test_a_window_that_saw_a_trial_is_the_tuners_load_never_production(tmp_path):
+    # issue 32, item 6: a later run's trial at the pin's value died under the tuner's load and was reverted (the
+    # pin's time unchanged); the watch read that window as a near miss in real traffic and the next run lowered the
+    # pin 0.885 -> 0.845
+    host = Host()
+    watcher = _watcher(tmp_path, host)
+    host.free = 0.2                       # the tuner's load: under the margin
+    host.trial = True                     # its drop-in loaded (systemd's DropInPaths)
+    for now in range(0, 4):
+        watcher.step(now)
+    host.trial, host.free, host.invocation = False, 3.0, "c"   # reverted: the pin's start again, real traffic
+    for now in range(4, 8):
+        watcher.step(now)
+    records, bad = kw.read_records(str(tmp_path / "windows.jsonl"))
+    assert not bad and [record["trial_samples"] for record in records] == [4, 0]
+    pin = dict(PIN, time=0.0)
+    result = kw.verdict(pin, records, headroom_hours=0.0005)
+    assert result["verdict"] != "near_miss" and result["evidence"]["trial_windows"] == 1, result
+    assert result["evidence"]["windows"] == 1 and result["evidence"]["least_free_gib"] == 3.0
+    # the same windows without the trial's mark: the near miss the issue saw
+    unmarked = [dict(record, trial_samples=0) for record in records]
+    assert kw.verdict(pin, unmarked, headroom_hours=0.0005)["verdict"] == "near_miss"
