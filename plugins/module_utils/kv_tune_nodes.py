@@ -57,6 +57,9 @@ class NodeSteps(object):
                                 "least the number of nodes)" % (self.label, self.node["dist_init_addr"])}
         self.ranks = ranks
         self.boots = {hello["host"]: hello.get("boot") for hello in hellos}
+        # A near miss any node's watch saw counts for the server: the lowest value a node asks to verify.
+        asked = [hello["lower_to"] for hello in hellos if hello.get("lower_to") is not None]
+        self.nodes_lower_to = min(asked) if asked else None
         leader = {"rank": 0, "host": self.host, "pin": pin_value(info), "running": info.get("mem_fraction_static")}
         return kv_multinode.followers_reason(hellos, leader)
 
@@ -93,9 +96,12 @@ class NodeSteps(object):
         plan = plan_start(info, self.label, self.s["unit"], self.s["force"], True, self.run_id)
         status = {"refuse": "refuse", "report": plan.get("status")}.get(plan["do"], "tune")
         boot = yield from self._boot()
+        watch = info.get("watch") or {}
         yield {"nodes": "hello", "message": {
             "rank": rank, "host": self.host, "status": status, "why": plan.get("why") or plan.get("msg"), "boot": boot,
-            "pin": pin_value(info), "running": info.get("mem_fraction_static")}}
+            "pin": pin_value(info), "running": info.get("mem_fraction_static"),
+            # this node's watch saw a near miss: the value it asks the server to verify
+            "lower_to": watch.get("lower_to") if plan.get("why") and plan.get("why") == watch.get("retune") else None}}
         if status == "refuse":
             raise RunFailed(plan["msg"])
         self.info, self.invocation_id = info, info["invocation_id"]

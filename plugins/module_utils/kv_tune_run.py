@@ -175,6 +175,7 @@ class UnitRun(NodeSteps):
         self.outcome_of = outcome_of or (lambda _host: None)
         self.s = None           # check_settings' of args
         self.missed = None      # the value that missed under real traffic on this fingerprint (the headroom watch)
+        self.nodes_lower_to = None  # node 0 of a server that spans hosts: the lowest value another node's watch asks
         self.url = args["url"]
         self.gpus = None        # the unit's (and its neighbours') GPUs; None: unknown, every GPU counts
         self.first_other = {}   # GPU -> bytes other processes held there at the search's first look
@@ -357,9 +358,16 @@ class UnitRun(NodeSteps):
                 return (yield from self._repin(info, plan))
             if plan["do"] != "tune":
                 raise RunFailed("%s did not settle before the search (%s)" % (settings["unit"], plan.get("why")))
-        lower_to = (info.get("watch") or {}).get("lower_to")
+        # A near miss is verified lower only where it is why the server is tuned (its own watch's, or another
+        # node's: node 0 tunes for the other nodes' reasons when its own pin holds).
+        watch = info.get("watch") or {}
+        own = bool(watch.get("retune")) and plan["why"] == watch["retune"]
+        asked = [value for value in (watch.get("lower_to") if own else None,
+                                     self.nodes_lower_to if own or (others and plan["why"] == others) else None)
+                 if value is not None]
+        lower_to = min(asked) if asked else None
         self.missed = kv_watch.missed_value(info.get("pin"), info.get("fingerprint_hash"))
-        if safe is None and lower_to is not None and plan["why"] == info["watch"]["retune"]:
+        if safe is None and lower_to is not None and info.get("pin"):
             # A near miss under real traffic: the pin less the memory it missed, verified under the load; the
             # synthetic load held the pin, so the search must not climb back to it.
             lower_to = kv_search.grid_down(lower_to + kv_search.TOLERANCE, settings["resolution"])
@@ -433,6 +441,11 @@ class UnitRun(NodeSteps):
         (kv_pin.pool_cap: the verified pool, None for a hybrid model), said once when there is none."""
         if self.missed is not None:
             entry = dict(entry, missed=self.missed)
+        pin = info.get("pin") or {}
+        if pin.get("time") and pin.get("fingerprint_hash") == entry.get("fingerprint_hash") \
+                and kv_search.same_value(pin.get("mem_fraction_static") or 0, entry["mem_fraction_static"]):
+            # A re-pin that changes nothing keeps the pin's time: the headroom watch's evidence since it still counts.
+            entry = dict(entry, time=pin["time"])
         if not self.s["pin_tokens"]:
             return entry
         cap, why_not = kv_pin.pool_cap(entry.get("tokens"), split_pool(info.get("config"), self.seen_boots),
