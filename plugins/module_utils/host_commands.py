@@ -65,3 +65,19 @@ def list_units(module, pattern):
     if rc != 0:
         raise SystemctlError("systemctl list-units %s failed (rc %d): %s" % (pattern, rc, err.strip()))
     return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def unit_journal(module, unit, since, grep, lines):
+    """(text, error) of the lines of ``unit``'s journal since the Unix time ``since`` that match the PCRE2 ``grep``,
+    the newest ``lines`` of them, each with its time (``--output short-unix``), through an AnsibleModule's
+    run_command; text None and the reason when journalctl is missing or fails (a journalctl without --grep)."""
+    journalctl = module.get_bin_path("journalctl")
+    if not journalctl:
+        return None, "journalctl is not installed"
+    rc, out, err = module.run_command([journalctl, "--unit", unit, "--since", "@%d" % int(since), "--grep", grep,
+                                       "--lines", str(lines), "--output", "short-unix", "--no-pager", "--quiet"],
+                                      environ_update=C_LOCALE)
+    # journalctl exits 1 when --grep matched nothing
+    if rc != 0 and not (rc == 1 and not err.strip()):
+        return None, "journalctl failed (rc %d): %s" % (rc, " ".join(err.split())[:200])
+    return out, None

@@ -9,8 +9,10 @@ by the module kv_watch_facts:
 - :func:`parse_metrics`: the numbers of SGLang's Prometheus ``/metrics`` the watch keeps (TP rank 0's gauges, the
   retraction counter), through prometheus_client's own text parser; a text without them is an error, never a guess.
 - :class:`Window` and :class:`Watcher`: samples (the unit's GPUs, /metrics, systemd's view of the unit) folded into
-  fixed windows (least free memory per GPU and the token usage then, peaks, retractions, restarts, OOM lines, other
+  fixed windows (least free memory per GPU and the token usage then, peaks, retractions, restarts, trials, other
   processes' memory), appended as JSON lines to a file that keeps a bounded number of windows (:func:`append_records`).
+  The server's journal is not the watch's to read (it holds the API key): root counts its OOM and retraction lines
+  into the windows (:func:`journal_events`, :func:`attach_journal`) before a verdict.
 - :func:`verdict`: the windows since the pin against the pin's margin: ``near_miss``, ``headroom``, ``ok`` or
   ``not_enough_traffic``, with the evidence in words and numbers.
 
@@ -23,6 +25,7 @@ needs, and the watch's own words for what went wrong.
 """
 from __future__ import annotations
 
+import bisect
 import calendar
 import errno
 import http.client
@@ -293,6 +296,49 @@ def fraction_of_argv(argv):
         return None
 
 
+# What root reads of the server's journal for a verdict, the lines of these patterns with their times: the watch
+# itself does not read it, as SGLang logs its server_args there, the API key among them (journalctl's --grep, PCRE2).
+JOURNAL_GREP = "%s|%s" % (RETRACT_LINE.pattern, OOM_LINE.pattern)
+# The most lines of it a verdict reads (the newest): a server that floods its journal with them bounds nothing else.
+MAX_JOURNAL_LINES = 20000
+
+
+def journal_events(text):
+    """[(Unix time, message)] of ``journalctl --output short-unix`` text; lines without a time (``-- No entries
+    --``) are not events."""
+    events = []
+    for line in text.splitlines():
+        stamp, _sep, rest = line.partition(" ")
+        try:
+            when = float(stamp)
+        except ValueError:
+            continue
+        if math.isfinite(when):
+            events.append((when, rest.split(": ", 1)[1] if ": " in rest else rest))
+    return events
+
+
+def attach_journal(records, events):
+    """``records`` (windows, in time order) with the OOM and retraction lines of ``events`` (journal_events')
+    counted in the window each fell in (from a window's start, less one interval for the gap before it, to its
+    end): oom_lines, retract_lines, retracted_logged. Lines outside every window are not counted."""
+    out = [dict(record, oom_lines=0, retract_lines=0, retracted_logged=0) for record in records]
+    ends = [record["end"] for record in out]
+    for when, line in events:
+        index = bisect.bisect_left(ends, when)
+        if index == len(out) or when < out[index]["start"] - (out[index].get("interval") or 0):
+            continue
+        retract_lines, retracted, ooms, unreadable = journal_counts([line])
+        record = out[index]
+        record["retract_lines"] += retract_lines
+        record["retracted_logged"] += retracted
+        record["oom_lines"] += ooms
+        if unreadable:
+            errors = record["errors"] = dict(record.get("errors") or {})
+            errors["journal"] = errors.get("journal", 0) + unreadable
+    return out
+
+
 def journal_counts(lines):
     """(retraction lines, requests they retracted, OOM lines, retraction lines left out) of a stretch of the unit's
     journal: a retraction line whose count is over MAX_COUNT is no measurement, and is left out (and counted)."""
@@ -391,15 +437,6 @@ class Window:
                     entry = self.bands[band]
                     if entry[1] is None or free < entry[1][0]:
                         entry[1] = (free, gpu["index"])
-
-    def add_journal(self, lines):
-        retract_lines, retracted, ooms, unreadable = journal_counts(lines)
-        self.retract_lines += retract_lines
-        self.retracted_logged += retracted
-        self.ooms += ooms
-        if unreadable:
-            self.error("journal", "%d retraction line(s) with a count over %d left out" % (unreadable, MAX_COUNT),
-                       unreadable)
 
     def record(self, end):
         """The window as the JSON object the state file keeps, a line of MAX_LINE_BYTES at most."""
@@ -587,9 +624,10 @@ def read_records(path, since=None):
 
 class Watcher:
     """The watch of one unit: ``step(now)`` takes a sample from ``sources`` and, at each window's end, writes the
-    window. ``sources`` has unit() -> {invocation, main_pid, control_group} (None while nothing runs), pids(cgroup)
-    -> set, gpus() -> GPU dicts of gpu_probe, metrics() -> /metrics text, argv(pid) -> list, journal(since, until) ->
-    lines. Every failure of a source is counted in the window and the last one said; none stops the watch."""
+    window. ``sources`` has unit() -> {invocation, main_pid, control_group, trial} (None while nothing runs),
+    pids(cgroup) -> set, gpus() -> GPU dicts of gpu_probe, metrics() -> /metrics text, argv(pid) -> list. Every
+    failure of a source is counted in the window and the last one said; none stops the watch. The server's journal
+    is root's to read (:func:`attach_journal`), not the watch's."""
 
     def __init__(self, unit, sources, path, interval, window, keep, log=None):
         """Raises WatchError on an ``interval``, ``window`` or ``keep`` out of its range (BOUNDS)."""
@@ -677,8 +715,6 @@ class Watcher:
 
     def close(self, now):
         window, self.window = self.window, None
-        lines = self._read(window, "journal", self.sources.journal, window.start, now)
-        window.add_journal(lines or [])
         self.pending.append(window.record(now))
         self.pending = self.pending[-self.keep:]
         try:

@@ -336,7 +336,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import control_group
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
-    C_LOCALE, SystemctlError, list_units, unit_properties)
+    C_LOCALE, SystemctlError, list_units, unit_journal, unit_properties)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import SIZING_VARIABLES
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import retune_reason
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import configured_gpus
@@ -564,13 +564,13 @@ def main() -> None:
         if unit_facts["running"]:
             module.fail_json(msg=str(exc))
         module.exit_json(fingerprint_error=str(exc), **dict(_NO_FINGERPRINT, **unit_facts))
-    watch = read_watch(module.params["watch"], unit, pin, unit_facts["invocation_id"])
+    watch = read_watch(module, module.params["watch"], unit, pin, unit_facts["invocation_id"])
     module.exit_json(retune_reason=retune_reason(pin, found["fingerprint"], found["fingerprint_hash"],
                                                  found["mem_fraction_static"], watch=watch),
                      source="process" if unit_facts["running"] else "unit", watch=watch, **dict(found, **unit_facts))
 
 
-def read_watch(params, unit, pin, invocation_id):
+def read_watch(module, params, unit, pin, invocation_id):
     """The headroom watch's verdict on ``pin`` and what it asks of the tuner (kv_watch.decision), None when not asked
     for, without a pin or without a state file; a state file that cannot be read is an error in the result, not a
     failure (the pin's other checks stand)."""
@@ -581,6 +581,10 @@ def read_watch(params, unit, pin, invocation_id):
         return None
     try:
         records, bad = kv_watch.read_records(path)
+        # The server's OOM and retraction lines: root reads them, the watch cannot (its journal holds the API key).
+        text, journal_error = unit_journal(module, unit, records[0]["start"], kv_watch.JOURNAL_GREP,
+                                           kv_watch.MAX_JOURNAL_LINES) if records else ("", None)
+        records = kv_watch.attach_journal(records, kv_watch.journal_events(text or ""))
         result = kv_watch.verdict(pin, records, full_usage=params["full_usage"],
                                   headroom_hours=params["headroom_hours"], headroom_steps=params["headroom_steps"],
                                   storm_retractions=params["storm_retractions"], unreadable=bad)
@@ -588,7 +592,7 @@ def read_watch(params, unit, pin, invocation_id):
         return {"error": str(exc), "retune": None, "proposal": None, "verdict": None}
     pool = kv_watch.current_pool(records, invocation_id, time.time())
     out = dict(result, windows=result["evidence"]["windows"], bad_lines=bad[:20], bad_line_count=len(bad),
-               pool_tokens=pool, path=path, error=None)
+               pool_tokens=pool, path=path, error=None, journal_error=journal_error)
     out.update(kv_watch.decision(result, pin, params["action"], pool, params["pool_tolerance"]))
     return out
 

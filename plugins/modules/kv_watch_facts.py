@@ -131,7 +131,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin, kv_watch
-from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE, parse_show
+from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE, parse_show, unit_journal
 
 PIN_KEYS = ("mem_fraction_static", "tokens", "time", "settings")
 
@@ -199,6 +199,10 @@ def main():
         watch_unit = kv_watch.watch_unit(params["unit"])
         path = params["state_path"] or kv_watch.state_path(params["unit"])
         records, bad = kv_watch.read_records(path)
+        # The server's OOM and retraction lines: root reads them, the watch cannot (its journal holds the API key).
+        text, journal_error = unit_journal(module, params["unit"], records[0]["start"], kv_watch.JOURNAL_GREP,
+                                           kv_watch.MAX_JOURNAL_LINES) if records else ("", None)
+        records = kv_watch.attach_journal(records, kv_watch.journal_events(text or ""))
         pin = read_pin(module, params["unit"], params["fact_path"])
         verdict, reasons, evidence = judge(pin, records, bad, params)
     except kv_watch.WatchError as exc:
@@ -210,7 +214,8 @@ def main():
         stale = bool(last["end"] < time.time() - 3 * length - 60)
     watch = {"unit": watch_unit, "active": watch_state(module, watch_unit), "path": path, "windows": len(records),
              "first": records[0].get("start") if records else None, "last": last and last["end"], "stale": stale,
-             "bad_lines": bad[:20], "bad_line_count": len(bad), "last_error": last and last.get("last_error")}
+             "bad_lines": bad[:20], "bad_line_count": len(bad), "last_error": last and last.get("last_error"),
+             "journal_error": journal_error}
     recent = records[-params["recent"]:] if params["recent"] > 0 else []
     module.exit_json(changed=False, verdict=verdict, reasons=reasons, evidence=evidence, watch=watch, recent=recent,
                      pin=pin)

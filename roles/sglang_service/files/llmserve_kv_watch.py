@@ -71,13 +71,6 @@ class Sources:
         # No redirect followed, at most 4 MiB in 5 s, errors in the watch's own words (kv_watch.fetch_metrics).
         return kv_watch.fetch_metrics(self.url)
 
-    def journal(self, since, until):
-        code, out, err = run(["journalctl", "--unit", self.unit_name, "--output", "cat", "--no-pager", "--quiet",
-                              "--since", "@%d" % int(since), "--until", "@%d" % int(until + 1)], timeout=30)
-        if code != 0:
-            raise RuntimeError("journalctl failed (rc %d): %s" % (code, err.strip()))
-        return out.splitlines()
-
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])

@@ -111,17 +111,16 @@ def test_a_number_out_of_range_on_metrics_is_an_unreadable_sample_never_the_end_
 
 
 @pytest.mark.parametrize("count", [str(10 ** 400), "9" * 5000, "1" + "0" * 12 + "1"])
-def test_a_journal_line_with_a_huge_count_is_left_out_and_counted_never_the_end_of_the_watch(tmp_path, count):
-    host = Host()
-    host.journal_lines = [RETRACT % count, RETRACT % 2, "torch.OutOfMemoryError: CUDA out of memory."]
-    assert kw.journal_counts(host.journal_lines) == (1, 2, 1, 1)
-    watcher = _watcher(tmp_path, host)
+def test_a_journal_line_with_a_huge_count_is_left_out_and_counted_never_the_end_of_the_verdict(tmp_path, count):
+    lines = [RETRACT % count, RETRACT % 2, "torch.OutOfMemoryError: CUDA out of memory."]
+    assert kw.journal_counts(lines) == (1, 2, 1, 1)
+    watcher = _watcher(tmp_path, Host())
     for now in range(4):
         watcher.step(now)
-    record = kw.read_records(str(tmp_path / "windows.jsonl"))[0][0]
+    records = kw.read_records(str(tmp_path / "windows.jsonl"))[0]
+    record = kw.attach_journal(records, [(1.5, line) for line in lines])[0]
     assert (record["retract_lines"], record["retracted_logged"], record["oom_lines"]) == (1, 2, 1)
     assert record["errors"] == {"journal": 1}
-    assert record["last_error"] == ("journal: 1 retraction line(s) with a count over %d left out" % kw.MAX_COUNT)
 
 
 def test_the_largest_numbers_in_range_are_read():
@@ -269,7 +268,6 @@ def test_a_window_keeps_the_least_free_memory_while_serving_and_per_band_of_usag
                metrics={"token_usage": 0.95, "used_tokens": 950, "running": 8, "queue": 1, "pool_tokens": 1000},
                invocation="a", value=0.91, retracted_since=2)
     window.add(gpus=[_gpu(0, 1.2), _gpu(1, 1.8)], metrics={"token_usage": 0.6, "pool_tokens": 1000}, invocation="a")
-    window.add_journal(["KV cache pool is full. Retract requests. #retracted_reqs: 2"])
     record = window.record(1300.0)
     assert (record["least_free_gib"], record["least_free_gpu"], record["usage_at_least_free"]) == (1.2, 0, 0.6)
     assert record["bands"]["0.95"] == {"seconds": 5, "least_free_gib": 1.5, "gpu": 1}
@@ -278,7 +276,8 @@ def test_a_window_keeps_the_least_free_memory_while_serving_and_per_band_of_usag
                                    "others_peak_gib": 0.5}
     assert (record["samples"], record["serving_samples"]) == (3, 2)
     assert record["peaks"] == {"token_usage": 0.95, "used_tokens": 950, "running": 8, "queue": 1}
-    assert (record["value"], record["pool_tokens"], record["retractions"], record["retract_lines"]) == (0.91, 1000, 2, 1)
+    assert (record["value"], record["pool_tokens"], record["retractions"]) == (0.91, 1000, 2)
+    assert record["retract_lines"] == record["oom_lines"] == 0   # the journal is root's to read, not the watch's
 
 
 # --- the state file ----------------------------------------------------------------------------------------------------
@@ -344,7 +343,6 @@ def test_a_line_whose_fields_are_not_a_windows_is_reported_and_named_never_a_cra
 
 def test_every_window_the_watch_writes_is_one_the_reader_takes(tmp_path):
     host = Host()
-    host.journal_lines = [RETRACT % 3, "torch.OutOfMemoryError: CUDA out of memory."]
     watcher = _watcher(tmp_path, host)
     for now in range(8):
         watcher.step(now)
@@ -361,7 +359,6 @@ def test_a_window_of_a_crash_looping_server_stays_under_the_line_limit_and_its_r
     for start in range(600):
         window.add(gpus=[_gpu(index, 30.0) for index in range(8)], metrics={"token_usage": 0.95},
                    invocation="%032x" % start, value=0.9)
-    window.add_journal(["torch.OutOfMemoryError: CUDA out of memory."] * 600)
     window.error("unit", "x" * 100000)
     path = str(tmp_path / "windows.jsonl")
     kw.append_records(path, [window.record(PIN["time"] + 310)], keep=10)
@@ -425,7 +422,6 @@ class Host:
     def __init__(self):
         self.invocation, self.unit_pids, self.usage, self.retracted, self.free = "a", {101, 102}, 0.95, 0, 1.5
         self.metrics_text = None
-        self.journal_lines = []
         self.trial = False
 
     def unit(self):
@@ -452,9 +448,6 @@ class Host:
                 gpu(1, [{"pid": 102, "used_memory_bytes": 70 * GIB}, {"pid": 999, "used_memory_bytes": 2 * GIB}]),
                 gpu(2, [{"pid": 500, "used_memory_bytes": 9 * GIB}])]   # another server's GPU
 
-    def journal(self, _since, _until):
-        return list(self.journal_lines)
-
 
 def _watcher(tmp_path, host, said=None):
     return kw.Watcher("sglang.service", host, str(tmp_path / "windows.jsonl"), interval=1, window=3, keep=100,
@@ -470,12 +463,11 @@ def test_the_watcher_follows_the_unit_through_a_restart_and_counts_only_increase
     host.invocation, host.retracted = "b", 1      # restarted: the counter starts again
     watcher.step(2)
     host.retracted = 4
-    host.journal_lines = ["torch.OutOfMemoryError: CUDA out of memory."]
     watcher.step(3)
     records, _bad = kw.read_records(str(tmp_path / "windows.jsonl"))
     assert len(records) == 1
     record = records[0]
-    assert (record["retractions"], record["invocations"], record["oom_lines"]) == (6, ["a", "b"], 1)
+    assert (record["retractions"], record["invocations"]) == (6, ["a", "b"])
     assert sorted(record["gpus"]) == ["0", "1"] and record["gpus"]["1"]["others_peak_gib"] == 2.0
     assert record["value"] == 0.9 and record["bands"]["0.9"]["least_free_gib"] == 1.5
 
@@ -838,3 +830,24 @@ def test_a_window_that_saw_a_trial_is_the_tuners_load_never_production(tmp_path)
     # the same windows without the trial's mark: the near miss the issue saw
     unmarked = [dict(record, trial_samples=0) for record in records]
     assert kw.verdict(pin, unmarked, headroom_hours=0.0005)["verdict"] == "near_miss"
+
+
+def test_root_counts_the_servers_journal_lines_in_the_window_each_fell_in():
+    # issue 32, item 4: the watch read the unit's whole journal, where SGLang's server_args carry the API key; root
+    # now reads the OOM and retraction lines (journalctl --grep, short-unix) and counts them into the windows
+    text = ("-- No entries --\n"
+            "1000.5 gpu1 python3[4242]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+            "1004.2 gpu1 python3[4242]: [TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3\n"
+            "1006.0 gpu1 python3[4242]: [TP0] KV cache pool is full. Retract requests. #retracted_reqs: 2\n"
+            "2000.0 gpu1 python3[4242]: torch.OutOfMemoryError: CUDA out of memory.\n")
+    events = kw.journal_events(text)
+    assert events[0] == (1000.5, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+    windows = [{"start": 1000.0, "end": 1003.0, "interval": 1, "oom_lines": 7},
+               {"start": 1004.0, "end": 1007.0, "interval": 1}]
+    counted = kw.attach_journal(windows, events)
+    assert [(w["oom_lines"], w["retract_lines"], w["retracted_logged"]) for w in counted] == [(1, 0, 0), (0, 2, 5)]
+    assert windows[0]["oom_lines"] == 7                   # the records given are not changed
+    assert kw.attach_journal([], events) == [] and kw.journal_events("") == []
+    # the watch's own unit has no access to the journal any more
+    unit = Path(__file__).resolve().parents[4] / "roles" / "sglang_service" / "templates" / "kv-watch.service.j2"
+    assert "systemd-journal" not in "".join(line for line in unit.read_text().splitlines() if not line.startswith("#"))
