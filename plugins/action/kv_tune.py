@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import signal
 import socket
 import threading
 import time
@@ -25,6 +26,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.checks import Inva
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import STRATEGIES
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout, NodeChannel, NodeLink
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.worker_children import stop_children
 
 display = Display()
 
@@ -55,10 +57,6 @@ ARGUMENT_SPEC = dict(
     run_id=dict(type="str"),
     watch=dict(type="dict"),
 )
-# States of kv_trial that may still run once ansible-playbook is gone: they put the host back and let go.
-_CLEAN_UP = ("reverted", "unlocked")
-
-
 class ModuleFailed(kv_tune_run.RunFailed):
     """A module failed on the host; the message is its own."""
 
@@ -89,11 +87,37 @@ class ActionModule(ActionBase):
         self._progress = None
         try:
             host = self._vars.get("inventory_hostname", "?")
-            return self._drive(kv_tune_run.host_steps(host, args, self._task.check_mode))
+            with self._signals_end_the_run():
+                return self._drive(kv_tune_run.host_steps(host, args, self._task.check_mode))
         except _EXPECTED as exc:
             return {"failed": True, "changed": False, "msg": str(exc)}
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    @contextlib.contextmanager
+    def _signals_end_the_run(self):
+        """SIGTERM and SIGINT reach a worker from ansible-playbook, which forwards them when it is interrupted or
+        stops at a dead worker (another node's, killed): Ansible's own handler then ends the worker at once
+        (os._exit), leaving a trial in progress to the host's revert timer. While the run lasts, a signal ends it
+        as a controller gone does instead: the call in progress interrupted, the trial reverted at once on this
+        node, the lock released; another signal meanwhile is ignored, so that the cleanup runs to its end."""
+        if threading.current_thread() is not threading.main_thread():   # signals reach the main thread only
+            yield
+            return
+        stopping = []
+
+        def stop(signum, _frame):
+            if not stopping:
+                stopping.append(signum)
+                raise ControllerGone("ansible-playbook stopped this worker (%s); the trial in progress is reverted "
+                                     "and the search ends" % signal.Signals(signum).name)
+
+        previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def _drive(self, steps, run=None):
         """Perform each step of ``steps`` (a kv_tune_run generator) and send back what it gave; its result."""
@@ -142,15 +166,23 @@ class ActionModule(ActionBase):
         return self._drive(run.finish(result), run)
 
     def _call(self, name, module_args, may_fail):
-        if os.getppid() != self._controller and not (name == "kv_trial" and module_args["state"] in _CLEAN_UP):
-            raise ControllerGone("ansible-playbook is gone; the trial in progress is reverted and the search ends")
+        outlives = kv_tune_run.outlives_controller(name, module_args)
+        if not outlives:
+            self._check_controller()
         own = name == "kv_trial" and module_args.get("run_id") is not None   # this run's trial of its own unit
         if own and module_args["state"] == "started":
             self._armed = True
         self._say(self._progress and self._progress.on_call(name, module_args))
-        with self._heartbeat():
-            result = self._execute_module(module_name=_COLLECTION + name, module_args=module_args,
-                                          task_vars=self._vars)
+        try:
+            with self._during_call(kv_tune_run.cut_short(name, module_args)):
+                result = self._execute_module(module_name=_COLLECTION + name, module_args=module_args,
+                                              task_vars=self._vars)
+        except Exception:
+            if not outlives:
+                self._check_controller()   # a call cut short may also raise (the connection lost)
+            raise
+        if not outlives:
+            self._check_controller()   # gone during the call: its result (a load cut short) is nobody's
         self._say(self._progress and self._progress.on_end(name, result))
         if result.get("failed"):
             if not may_fail:
@@ -165,23 +197,28 @@ class ActionModule(ActionBase):
             display.display(line)
 
     @contextlib.contextmanager
-    def _heartbeat(self):
-        """While a module call lasts: the progress line again whenever it is due (a server loading for minutes)."""
+    def _during_call(self, cut_short):
+        """While a module call lasts, once a second: the progress line again whenever it is due (a server loading for
+        minutes); and, for a call to ``cut_short`` (kv_tune_run.cut_short), a look whether ansible-playbook is gone.
+        Then its processes are stopped, so that it returns, and the run ends with the trial reverted at once,
+        instead of after a load or a watch that nobody will judge."""
         progress, done = self._progress, threading.Event()
 
         def beat():
             while not done.wait(1.0):
-                self._say(progress.heartbeat())
+                if cut_short and os.getppid() != self._controller:
+                    stop_children()   # the connection's ssh of this call (again, should ansible start another)
+                    continue
+                if progress:
+                    self._say(progress.heartbeat())
 
-        beater = threading.Thread(target=beat, name="kv-tune-progress", daemon=True) if progress else None
-        if beater:
-            beater.start()
+        beater = threading.Thread(target=beat, name="kv-tune-call", daemon=True)
+        beater.start()
         try:
             yield
         finally:
             done.set()
-            if beater:
-                beater.join()
+            beater.join()
 
     def _outcome_of(self, host):
         """What another host's kv_tune registered (a class's canary), as plain data; None when it has nothing."""

@@ -40,6 +40,23 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units impo
 SETTLE_STEPS = 4
 # kv_trial states that change no value on the other nodes of a server (the lock is each node's own).
 _OWN_STATES = ("locked", "unlocked", "disarmed")
+# kv_trial states that may still run once ansible-playbook is gone: they put the host back and let go.
+CLEAN_UP_STATES = ("reverted", "unlocked")
+
+
+def outlives_controller(name, args):
+    """Whether module ``name`` with ``args`` may still be called once ansible-playbook is gone (killed; its worker
+    lives on): only what puts the host back and lets go."""
+    return name == "kv_trial" and (args or {}).get("state") in CLEAN_UP_STATES
+
+
+def cut_short(name, args):
+    """Whether a call of module ``name`` in progress is cut short (its processes stopped) when ansible-playbook is
+    found gone meanwhile: a wait, a load or a watch lasts up to a trial's length (minutes), all of it on an
+    unverified value that nobody will commit, so the worker reverts at once instead (issue 32). Never a kv_trial:
+    a start, commit or revert cut in the middle on the controller goes on on the host, and could restart the
+    server on the trial's value after the revert that follows; it is short, and the run ends after it."""
+    return name != "kv_trial" and not outlives_controller(name, args)
 
 
 def fingerprint_args(args, unit=None, also_units=()):

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -49,7 +53,9 @@ class Host(object):
     name (``kv_trial`` with its state and value: ``kv_trial started 0.910``), or ``nodes <kind>`` for a message to
     the other nodes; a third item, arguments the call must have (a dict: those of its keys, with these values).
     kv_fingerprint's and sglang_startup_facts' answers are overrides of INFO and BOOT; an answer
-    ``{raise: ChannelTimeout | RuntimeError, msg}`` raises that instead."""
+    ``{raise: ChannelTimeout | RuntimeError, msg}`` raises that instead; ``{block: answer}`` is a call that lasts
+    (a load, a watch) until the action stops its processes (worker_children.stop_children), then answers that;
+    ``{signal: SIGTERM | SIGINT}`` a call during which ansible-playbook forwards that signal to the worker."""
 
     def __init__(self, script):
         self.script = [(list(entry) + [None, None])[:3] if isinstance(entry, list) else [entry, None, None]
@@ -57,6 +63,8 @@ class Host(object):
         self.calls = []
         self.run_ids = set()    # the runs the unit's own kv_trial calls were made as
         self.sent = []          # (module, its arguments) of every call, and every message to the other nodes
+        self.stopped = threading.Event()    # the action stopped the processes of the call in progress
+        self.blocked = []       # seconds each blocking call lasted
 
     def answer(self, what, args=None):
         self.calls.append(what)
@@ -70,6 +78,16 @@ class Host(object):
             assert found == value, "call %d: %s with %s=%r, the script expects %r" % (
                 len(self.calls), what, key, found, value)
         answer = copy.deepcopy(answer)
+        if isinstance(answer, dict) and "block" in answer:
+            began = time.monotonic()
+            assert self.stopped.wait(10), "call %d: %s was never cut short" % (len(self.calls), what)
+            self.stopped.clear()
+            self.blocked.append(time.monotonic() - began)
+            answer = answer["block"]
+        if isinstance(answer, dict) and "signal" in answer:
+            os.kill(os.getpid(), getattr(signal, answer["signal"]))
+            time.sleep(5)   # the action's handler raises here
+            raise AssertionError("call %d: %s went on after %s" % (len(self.calls), what, answer["signal"]))
         if isinstance(answer, dict) and "raise" in answer:
             raise {"ChannelTimeout": ChannelTimeout, "RuntimeError": RuntimeError,
                    "ControllerGone": kv_tune_action.ControllerGone}[answer["raise"]](answer["msg"])
@@ -124,6 +142,7 @@ def run_case(case, monkeypatch):
     links = []
     monkeypatch.setattr(kv_tune_action, "NodeLink", lambda *a, **k: links.append(Link(host)) or links[-1])
     monkeypatch.setattr(kv_tune_action, "NodeChannel", lambda *a, **k: None)
+    monkeypatch.setattr(kv_tune_action, "stop_children", lambda *a, **k: host.stopped.set() or [4242])
     said, warned = [], []
     monkeypatch.setattr(kv_tune_action.display, "display", said.append)
     monkeypatch.setattr(kv_tune_action.display, "warning", warned.append)
@@ -164,7 +183,9 @@ def subset(expected, actual, where="result"):
 
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_kv_tune_action(case, monkeypatch):
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     host, result, said, warned, links = run_case(case, monkeypatch)
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers   # Ansible's again once it ends
     assert host.calls == [entry[0] if isinstance(entry, list) else entry for entry in case["host"]]
     if result is not None:
         subset(case["result"], result)
@@ -176,6 +197,7 @@ def test_kv_tune_action(case, monkeypatch):
         subset(case["released"], links[-1].released, "released")
     if case.get("run_id") is not None:
         assert host.run_ids == {case["run_id"]}
+    assert all(seconds < 3 for seconds in host.blocked), host.blocked   # cut short within seconds, not at its end
     leaked = [where for where, what in [("result", result), ("said", said), ("warned", warned)] + host.sent
               if where not in TAKE_THE_KEY and API_KEY in json.dumps(what, default=str)]
     assert not leaked, "the API key reached %s" % leaked

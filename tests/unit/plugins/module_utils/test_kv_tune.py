@@ -728,3 +728,18 @@ def test_memory_outside_a_unit_and_its_neighbours():
     neighbour = [gpu(0, 50), gpu(1, 0), gpu(2, 70)]
     assert kv_tune_units.outside_bytes(mine, [neighbour]) == {0: 2, 1: 2}
     assert kv_tune_units.outside_bytes(mine) == {0: 52, 1: 2} and kv_tune_units.outside_bytes(None, [None]) == {}
+
+
+def test_only_what_puts_the_host_back_outlives_the_controller_and_only_waits_are_cut_short():
+    # issue 32, item 5: once ansible-playbook is gone, a call in progress is cut short and no other is made, except
+    # the revert of the trial and the release of the lock, which run to their end
+    assert kv_tune_run.outlives_controller("kv_trial", {"state": "reverted", "run_id": "r1"})
+    assert kv_tune_run.outlives_controller("kv_trial", {"state": "unlocked", "run_id": "r1"})
+    for name, args in [("kv_trial", {"state": state}) for state in ("started", "committed", "prepared", "locked",
+                                                                     "disarmed", "reset")] + [
+            ("kv_stress", {"duration": 40}), ("gpu_info", {"watch": 45}), ("sglang_ready", {"timeout": 1800}),
+            ("kv_fingerprint", {}), ("sglang_startup_facts", {}), ("kv_trial", None)]:
+        assert not kv_tune_run.outlives_controller(name, args), (name, args)
+        assert kv_tune_run.cut_short(name, args) == (name != "kv_trial"), (name, args)
+    # a kv_trial call finishes on the host whatever happens on the controller: it is never cut short
+    assert not kv_tune_run.cut_short("kv_trial", {"state": "reverted"})
