@@ -31,7 +31,8 @@ description:
     that answered and held the load must be the very start the trial made (its C(InvocationID)); otherwise the
     search ends with RV(status=failed) and the host on its last-known-good value.
   - Any error after a trial started reverts the host to its last-known-good value at once; so does a search whose
-    ansible-playbook was killed.
+    ansible-playbook was killed or interrupted, also in the middle of a load or of a wait for a start (the call is
+    cut short within a second). A worker of ansible-playbook killed itself leaves its host to the revert timer.
   - One run at a time per unit, by a lock on the host (C(/run/llmserve/kv-tune-<unit>.lock)); a second run names the
     holder and stops before any restart. Before the first restart it also stops when the unit's GPUs are too
     unbalanced for SGLang (another process holding memory on one of them), restarts a server whose SGLang or model

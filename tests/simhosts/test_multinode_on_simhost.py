@@ -337,7 +337,7 @@ def test_the_controller_killed_during_a_two_node_trial_reverts_both_nodes_at_onc
     pinned = fact(NODES[0])["mem_fraction_static"]
     trial = round(pinned - 0.01, 3)
     if phase == "start":
-        set_faults(NODES[0], slow_start_s=8)   # the kill lands while node 0's server loads
+        set_faults(NODES[0], slow_start_s=30)   # the kill lands while node 0's server loads (a real one: minutes)
     proc = controller(server, tmp_path, kv_tune_force=True, kv_tune_start=trial, kv_tune_budget=1,
                       kv_tune_ready_timeout=300, kv_tune_stress_duration=load_s, kv_tune_confirm_timeout=confirm_s)
     log = tmp_path / "controller.log"
@@ -345,10 +345,9 @@ def test_the_controller_killed_during_a_two_node_trial_reverts_both_nodes_at_onc
         assert wait_for(lambda: proc.poll() is not None or all(_trial_on(host) for host in NODES), 240) \
             and proc.poll() is None, log.read_text()[-4000:]
         if phase == "load":
-            assert wait_for(lambda: _serves(NODES[0], trial), 240), "the trial's server did not come up"
-            seen = len(log.read_text())
-            # node 0's progress line for the trial's load (kv_progress: "<unit>: under load <value>")
-            assert wait_for(lambda: "under load" in log.read_text()[seen:], 120), log.read_text()[-4000:]
+            # node 0's progress line as the trial's load begins (kv_progress: "<unit>: under load <value>"); the
+            # run has no load before (no measurement in place: it starts on kv_tune_start)
+            assert wait_for(lambda: "under load" in log.read_text(), 360, step=0.2), log.read_text()[-4000:]
         time.sleep(after_s)
         workers = _children(proc.pid)
         os.kill(proc.pid, signum)   # ansible-playbook only: its workers see it gone, or get the signal from it
@@ -370,8 +369,8 @@ def test_the_controller_killed_during_a_two_node_trial_reverts_both_nodes_at_onc
     # the server forms again on both. It serves again before the next test's run takes its first look.
     assert wait_for(lambda: _serves(NODES[0], pinned), 240), \
         "the server did not form again on its pin\n" + "\n".join(_unit_story(host) for host in NODES)
-    # Within a trial's start, whatever was left of the call in progress (the load: up to 38 s here).
-    assert seconds < 20, seconds
+    # Within a trial's start (8 s here), whatever was left of the call in progress (the load: up to 32 s here).
+    assert seconds < 12, seconds
     measured("two-node trial, ansible-playbook %s %d s into %s: both trial drop-ins gone %.0f s later "
              "(revert timers at %d s)" % ({signal.SIGKILL: "killed", signal.SIGINT: "interrupted"}[signum], after_s,
                                          "a %d s load" % load_s if phase == "load" else "the start", seconds,
