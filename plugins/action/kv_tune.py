@@ -57,6 +57,8 @@ ARGUMENT_SPEC = dict(
     run_id=dict(type="str"),
     watch=dict(type="dict"),
 )
+
+
 class ModuleFailed(kv_tune_run.RunFailed):
     """A module failed on the host; the message is its own."""
 

@@ -304,8 +304,9 @@ def _diagnose(pids, out, marks):
                 for pid in pids:
                     found = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
                                            check=False)
-                    handle.write("=== %.0f s after the kill, pid %d\n%s%s\n" % (time.monotonic() - start, pid,
-                                                                            found.stdout, found.stderr))
+                    seconds = time.monotonic() - start
+                    text = "=== %.0f s after the kill, pid %d\n%s%s\n" % (seconds, pid, found.stdout, found.stderr)
+                    handle.write(text)
                     handle.flush()
 
     thread = threading.Thread(target=dump, daemon=True)
@@ -371,10 +372,10 @@ def test_the_controller_killed_during_a_two_node_trial_reverts_both_nodes_at_onc
         "the server did not form again on its pin\n" + "\n".join(_unit_story(host) for host in NODES)
     # Within a trial's start (8 s here), whatever was left of the call in progress (the load: up to 32 s here).
     assert seconds < 12, seconds
+    how = {signal.SIGKILL: "killed", signal.SIGINT: "interrupted"}[signum]
+    when = "a %d s load" % load_s if phase == "load" else "the start"
     measured("two-node trial, ansible-playbook %s %d s into %s: both trial drop-ins gone %.0f s later "
-             "(revert timers at %d s)" % ({signal.SIGKILL: "killed", signal.SIGINT: "interrupted"}[signum], after_s,
-                                         "a %d s load" % load_s if phase == "load" else "the start", seconds,
-                                         confirm_s))
+             "(revert timers at %d s)" % (how, after_s, when, seconds, confirm_s))
 
 
 def test_the_controller_stopped_past_the_confirm_timeout_pins_neither_node(server, tmp_path, measured):

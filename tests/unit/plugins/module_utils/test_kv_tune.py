@@ -735,10 +735,11 @@ def test_only_what_puts_the_host_back_outlives_the_controller_and_only_waits_are
     # the revert of the trial and the release of the lock, which run to their end
     assert kv_tune_run.outlives_controller("kv_trial", {"state": "reverted", "run_id": "r1"})
     assert kv_tune_run.outlives_controller("kv_trial", {"state": "unlocked", "run_id": "r1"})
-    for name, args in [("kv_trial", {"state": state}) for state in ("started", "committed", "prepared", "locked",
-                                                                     "disarmed", "reset")] + [
-            ("kv_stress", {"duration": 40}), ("gpu_info", {"watch": 45}), ("sglang_ready", {"timeout": 1800}),
-            ("kv_fingerprint", {}), ("sglang_startup_facts", {}), ("kv_trial", None)]:
+    states = ("started", "committed", "prepared", "locked", "disarmed", "reset")
+    calls = [("kv_trial", {"state": state}) for state in states] + [
+        ("kv_stress", {"duration": 40}), ("gpu_info", {"watch": 45}), ("sglang_ready", {"timeout": 1800}),
+        ("kv_fingerprint", {}), ("sglang_startup_facts", {}), ("kv_trial", None)]
+    for name, args in calls:
         assert not kv_tune_run.outlives_controller(name, args), (name, args)
         assert kv_tune_run.cut_short(name, args) == (name != "kv_trial"), (name, args)
     # a kv_trial call finishes on the host whatever happens on the controller: it is never cut short
