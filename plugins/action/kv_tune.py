@@ -168,23 +168,25 @@ class ActionModule(ActionBase):
         return self._drive(run.finish(result), run)
 
     def _call(self, name, module_args, may_fail):
-        outlives = kv_tune_run.outlives_controller(name, module_args)
-        if not outlives:
+        if not kv_tune_run.outlives_controller(name, module_args):
             self._check_controller()
+        cut_short = kv_tune_run.cut_short(name, module_args)
         own = name == "kv_trial" and module_args.get("run_id") is not None   # this run's trial of its own unit
         if own and module_args["state"] == "started":
             self._armed = True
         self._say(self._progress and self._progress.on_call(name, module_args))
         try:
-            with self._during_call(kv_tune_run.cut_short(name, module_args)):
+            with self._during_call(cut_short):
                 result = self._execute_module(module_name=_COLLECTION + name, module_args=module_args,
                                               task_vars=self._vars)
         except Exception:
-            if not outlives:
+            if cut_short:
                 self._check_controller()   # a call cut short may also raise (the connection lost)
             raise
-        if not outlives:
-            self._check_controller()   # gone during the call: its result (a load cut short) is nobody's
+        if cut_short:
+            # Gone during the call: its result (a load cut short) is nobody's. A kv_trial call is judged as before:
+            # its result stands (a commit made is no trial left armed), and the next call sees the controller gone.
+            self._check_controller()
         self._say(self._progress and self._progress.on_end(name, result))
         if result.get("failed"):
             if not may_fail:
