@@ -22,7 +22,7 @@ _FILE = Path(__file__).resolve().parents[2] / ".tmp" / "simhosts-measured.txt"
 # first, so that the workers end together (`make simhosts` passes --no-loadscope-reorder, else pytest-xdist
 # orders the files by their number of tests); a file not listed runs last.
 FILE_SECONDS = {
-    "test_tune_kv_faults_on_simhost.py": 432, "test_multinode_on_simhost.py": 297, "test_rollout_on_simhost.py": 365,
+    "test_tune_kv_faults_on_simhost.py": 432, "test_multinode_on_simhost.py": 430, "test_rollout_on_simhost.py": 365,
     "test_tune_kv_on_simhost.py": 262, "test_kv_watch_on_simhost.py": 245, "test_units_on_simhost.py": 167,
     "test_fleet_on_simhost.py": 130, "test_hybrid_on_simhost.py": 101, "test_site_on_simhost.py": 98,
     "test_collection_on_simhost.py": 17, "test_simhosts.py": 14,
