@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -289,36 +288,6 @@ def test_memory_taken_on_the_other_node_while_each_start_loads_pins_nothing(serv
         assert not trial_left(host), host
 
 
-def _diagnose(pids, out, marks):
-    """KV_KILL_DIAG=1 only (never in CI): py-spy dumps of the workers left over, at ``marks`` seconds after the
-    kill, into ``out``, to see where each one waits."""
-    if not os.environ.get("KV_KILL_DIAG"):
-        return None
-    spy = str(Path(sys.executable).parent / "py-spy")
-
-    def dump():
-        start = time.monotonic()
-        with open(out, "w", encoding="utf-8") as handle:
-            for mark in marks:
-                time.sleep(max(0.0, start + mark - time.monotonic()))
-                for pid in pids:
-                    found = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
-                                           check=False)
-                    seconds = time.monotonic() - start
-                    text = "=== %.0f s after the kill, pid %d\n%s%s\n" % (seconds, pid, found.stdout, found.stderr)
-                    handle.write(text)
-                    handle.flush()
-
-    thread = threading.Thread(target=dump, daemon=True)
-    thread.start()
-    return thread
-
-
-def _children(pid):
-    found = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True, check=True).stdout
-    return [int(child) for child, parent in (line.split() for line in found.splitlines()) if int(parent) == pid]
-
-
 @pytest.mark.parametrize("signum, phase, load_s, after_s, confirm_s", [
     (signal.SIGKILL, "load", 12, 2, 1800),
     (signal.SIGKILL, "load", 40, 8, 600),     # issue 32, item 5: 39 s before, the rest of the load and the watch
@@ -350,10 +319,8 @@ def test_the_controller_killed_during_a_two_node_trial_reverts_both_nodes_at_onc
             # run has no load before (no measurement in place: it starts on kv_tune_start)
             assert wait_for(lambda: "under load" in log.read_text(), 360, step=0.2), log.read_text()[-4000:]
         time.sleep(after_s)
-        workers = _children(proc.pid)
         os.kill(proc.pid, signum)   # ansible-playbook only: its workers see it gone, or get the signal from it
         killed = time.monotonic()
-        _diagnose(workers, tmp_path / "workers.txt", (3, 15, 30, 60))
         assert wait_for(lambda: all(_trial_on(host) is False for host in NODES), 120), log.read_text()[-4000:]
         seconds = time.monotonic() - killed
     finally:
