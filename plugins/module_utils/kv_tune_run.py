@@ -458,11 +458,9 @@ class UnitRun(NodeSteps):
         (kv_pin.pool_cap: the verified pool, None for a hybrid model), said once when there is none."""
         if self.missed is not None:
             entry = dict(entry, missed=self.missed)
-        pin = info.get("pin") or {}
-        if pin.get("time") and pin.get("fingerprint_hash") == entry.get("fingerprint_hash") \
-                and kv_search.same_value(pin.get("mem_fraction_static") or 0, entry["mem_fraction_static"]):
+        if kv_watch.same_pin(info.get("pin"), entry):
             # A re-pin that changes nothing keeps the pin's time: the headroom watch's evidence since it still counts.
-            entry = dict(entry, time=pin["time"])
+            entry = dict(entry, time=info["pin"]["time"])
         if not self.s["pin_tokens"]:
             return entry
         cap, why_not = kv_pin.pool_cap(entry.get("tokens"), split_pool(info.get("config"), self.seen_boots),

@@ -936,6 +936,19 @@ def missed_value(pin, fingerprint_hash):
     return float(missed)
 
 
+def same_pin(pin, entry):
+    """Whether a new pin ``entry`` changes nothing of ``pin`` that the watch's windows describe: the same value on
+    the same fingerprint, and a verified pool within POOL_TOLERANCE of the old one (a pool that came back smaller is
+    a new memory picture, whose windows start again)."""
+    pin = pin or {}
+    old_tokens, new_tokens = pin.get("tokens"), entry.get("tokens")
+    return bool(pin.get("time")) and pin.get("fingerprint_hash") == entry.get("fingerprint_hash") \
+        and checks.is_number(pin.get("mem_fraction_static")) \
+        and abs(pin["mem_fraction_static"] - entry["mem_fraction_static"]) < 1e-9 \
+        and checks.is_number(old_tokens) and checks.is_number(new_tokens) and old_tokens > 0 \
+        and abs(new_tokens - old_tokens) <= POOL_TOLERANCE * old_tokens
+
+
 def decision(result, pin, action="propose", pool_tokens=None, pool_tolerance=POOL_TOLERANCE):
     """What the watch asks of the tuner for a unit whose pin otherwise holds: ``retune`` (why, or None), ``lower_to``
     (the value a near miss is verified at, or None: a search as usual) and ``proposal`` (what it would do, not done).

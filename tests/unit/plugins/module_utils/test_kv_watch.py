@@ -851,3 +851,13 @@ def test_root_counts_the_servers_journal_lines_in_the_window_each_fell_in():
     # the watch's own unit has no access to the journal any more
     unit = Path(__file__).resolve().parents[4] / "roles" / "sglang_service" / "templates" / "kv-watch.service.j2"
     assert "systemd-journal" not in "".join(line for line in unit.read_text().splitlines() if not line.startswith("#"))
+
+
+def test_a_repin_keeps_the_evidence_only_where_it_changes_nothing_the_windows_describe():
+    pin = {"mem_fraction_static": 0.9, "fingerprint_hash": "H1", "tokens": 100000, "time": "2026-12-01T00:00:00Z"}
+    assert kw.same_pin(pin, dict(pin, tokens=101000, time="later"))       # the same value, pool and fingerprint
+    # a pool that came back smaller (memory held elsewhere: its windows are another picture), another value or
+    # fingerprint, or no pin: the windows start again from the new pin
+    for changes in ({"tokens": 90000}, {"mem_fraction_static": 0.905}, {"fingerprint_hash": "H2"}, {"tokens": None}):
+        assert not kw.same_pin(pin, dict(pin, **changes)), changes
+    assert not kw.same_pin(None, pin) and not kw.same_pin(dict(pin, time=None), pin)
