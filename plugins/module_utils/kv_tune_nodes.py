@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import start_findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import outside_bytes, unlisted_at
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import plan_start
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import plan_start, watch_lower_to
 
 
 # Seconds of one look at a starting node's GPUs (gpu_info watch): the longest a follower then takes to see node 0's
@@ -96,12 +96,11 @@ class NodeSteps(object):
         plan = plan_start(info, self.label, self.s["unit"], self.s["force"], True, self.run_id)
         status = {"refuse": "refuse", "report": plan.get("status")}.get(plan["do"], "tune")
         boot = yield from self._boot()
-        watch = info.get("watch") or {}
         yield {"nodes": "hello", "message": {
             "rank": rank, "host": self.host, "status": status, "why": plan.get("why") or plan.get("msg"), "boot": boot,
             "pin": pin_value(info), "running": info.get("mem_fraction_static"),
             # this node's watch saw a near miss: the value it asks the server to verify
-            "lower_to": watch.get("lower_to") if plan.get("why") and plan.get("why") == watch.get("retune") else None}}
+            "lower_to": watch_lower_to(plan.get("why"), info.get("watch"))}}
         if status == "refuse":
             raise RunFailed(plan["msg"])
         self.info, self.invocation_id = info, info["invocation_id"]

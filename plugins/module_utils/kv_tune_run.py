@@ -31,7 +31,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model impo
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_nodes import NodeSteps, RunFailed, call, say
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import TuneError, check_settings, with_defaults
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import (
-    failed_start, first_value, plan_start, safe_start)
+    failed_start, first_value, plan_start, safe_start, watch_lower_to)
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import (
     combine_units, neighbours, other_gib, outside_bytes, target_label, unit_gpus, unit_outcome, unlisted_at)
 
@@ -378,10 +378,9 @@ class UnitRun(NodeSteps):
         # A near miss is verified lower only where it is why the server is tuned (its own watch's, or another
         # node's: node 0 tunes for the other nodes' reasons when its own pin holds).
         watch = info.get("watch") or {}
-        own = bool(watch.get("retune")) and plan["why"] == watch["retune"]
-        asked = [value for value in (watch.get("lower_to") if own else None,
-                                     self.nodes_lower_to if own or (others and plan["why"] == others) else None)
-                 if value is not None]
+        own = watch_lower_to(plan["why"], watch)
+        theirs = self.nodes_lower_to if plan["why"] and plan["why"] in (watch.get("retune"), others) else None
+        asked = [value for value in (own, theirs) if value is not None]
         lower_to = min(asked) if asked else None
         self.missed = kv_watch.missed_value(info.get("pin"), info.get("fingerprint_hash"))
         if safe is None and lower_to is not None and info.get("pin"):

@@ -18,6 +18,14 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_trial impo
 BALANCE = 0.9
 
 
+def watch_lower_to(why, watch):
+    """The value a near miss of the headroom watch asks to verify (``watch``: kv_fingerprint's, kv_watch.decision's),
+    where that near miss is why the unit is tuned (``why``, plan_start's); None otherwise (a changed fingerprint
+    asks for a search of its own)."""
+    watch = watch or {}
+    return watch.get("lower_to") if watch.get("retune") and why == watch["retune"] else None
+
+
 def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False, pin_error=None, watch=None):
     """Why the unit must be tuned, or None when its pin still holds: same fingerprint hash, the server runs the
     pinned value, and the headroom watch (``watch``, kv_watch.decision's, when the unit has one) asks for nothing."""
