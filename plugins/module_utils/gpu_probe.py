@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 
 MIB = 2 ** 20
 GIB = 2 ** 30
@@ -399,14 +398,10 @@ def _nvml_processes(nvml, nvml_error, handle) -> list[dict]:
 # nvidia-smi
 # --------------------------------------------------------------------------------------------------
 
-def run_subprocess(argv: list[str]) -> tuple[int, str, str]:
-    """Default command runner (the gpu_info module passes AnsibleModule.run_command instead)."""
-    env = dict(os.environ, LC_ALL="C", LANG="C")
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def _run(run_command, argv: list[str]) -> str:
+    if run_command is None:
+        # Every caller runs commands its own way (AnsibleModule.run_command, the watch's service): none is assumed.
+        raise ValueError("running nvidia-smi needs run_command(argv) -> (rc, stdout, stderr)")
     rc, out, err = run_command(argv)
     if rc != 0:
         text = ((out or "") + "\n" + (err or "")).strip()
@@ -487,12 +482,11 @@ def free_memory_sampler(run_command=None, nvidia_smi: str | None = None, prefer:
             return result["gpus"]
         if found["source"] == "nvml":
             return probe_nvml(nvml)["gpus"]
-        run = run_command or run_subprocess
-        rows = parse_csv(_run(run, [found["nvidia_smi"], "--query-gpu=" + ",".join(fields), CSV_FORMAT]), fields)
+        rows = parse_csv(_run(run_command, [found["nvidia_smi"], "--query-gpu=" + ",".join(fields), CSV_FORMAT]), fields)
         apps = None
         if processes:
-            apps = parse_csv(_run(run, [found["nvidia_smi"], "--query-compute-apps=" + ",".join(APP_FIELDS),
-                                        CSV_FORMAT]), APP_FIELDS, free_text_last=True)
+            apps = parse_csv(_run(run_command, [found["nvidia_smi"], "--query-compute-apps=" + ",".join(APP_FIELDS),
+                                                CSV_FORMAT]), APP_FIELDS, free_text_last=True)
         return gpus_from_smi(rows, apps)
 
     return sample
@@ -503,7 +497,8 @@ def probe(run_command=None, nvidia_smi: str | None = None, prefer: str = "auto",
     """Probe the GPUs and return :func:`summarize`'s dict.
 
     ``prefer``: auto (NVML, falling back to nvidia-smi when NVML is unavailable or fails), nvml (NVML
-    only), nvidia_smi (nvidia-smi only). ``run_command(argv) -> (rc, stdout, stderr)`` runs nvidia-smi;
+    only), nvidia_smi (nvidia-smi only). ``run_command(argv) -> (rc, stdout, stderr)`` runs nvidia-smi (the
+    caller's: a module's run_command with the C locale; None where only NVML is asked);
     ``nvml`` stands in for the pynvml module; ``which`` resolves a command name on PATH.
     """
     if prefer not in PREFER_CHOICES:
@@ -523,7 +518,7 @@ def probe(run_command=None, nvidia_smi: str | None = None, prefer: str = "auto",
             raise GpuProbeError("nvidia-smi probe unavailable (prefer=nvidia_smi): %s" % missing)
         raise GpuProbeError("no NVIDIA GPU probe available: %s and %s" % (nvml_reason, missing))
     try:
-        result = probe_nvidia_smi(run_command or run_subprocess, path)
+        result = probe_nvidia_smi(run_command, path)
     except GpuProbeError as exc:
         if nvml_reason is None:
             raise
