@@ -81,6 +81,8 @@ def test_plan_rejects_bad_input(kwargs):
         plan_requests(_limits(), **kwargs)
 
 
+# Named ids: pytest would read each error's __name__ for one, and Python 3.9's HTTPError without a body raises
+# KeyError there (its tempfile wrapper has no file).
 @pytest.mark.parametrize("exc, kind", [
     (urllib.error.URLError(ConnectionRefusedError(111, "Connection refused")), "server_down"),
     (ConnectionResetError(104, "Connection reset by peer"), "server_down"),
@@ -90,7 +92,7 @@ def test_plan_rejects_bad_input(kwargs):
     (urllib.error.URLError(socket.timeout("timed out")), "timeout"),
     (urllib.error.HTTPError("http://x/generate", 401, "Unauthorized", {}, None), "http"),
     (ValueError("Expecting value"), "other"),
-])
+], ids=["refused", "reset", "disconnected", "broken_pipe", "timeout", "url_timeout", "http_401", "bad_json"])
 def test_classify_error(exc, kind):
     got, message = classify_error(exc)
     assert got == kind and message

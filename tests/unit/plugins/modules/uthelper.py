@@ -55,6 +55,7 @@ import pytest
 import yaml
 
 from ansible.module_utils import basic
+from ansible.module_utils.common.parameters import PASS_VARS
 from ansible.module_utils.testing import patch_module_args
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
@@ -254,6 +255,15 @@ class FakeHttp:
 # Running a case
 # --------------------------------------------------------------------------------------------------
 
+def _module_args(case: dict) -> dict:
+    """The case's input, and the result's `invocation` asked for where the core adds it only when asked (2.21:
+    INJECT_INVOCATION; 2.19 always adds it and refuses the internal argument)."""
+    args = dict(case.get("input") or {})
+    if "inject_invocation" in PASS_VARS:
+        args.setdefault("_ansible_inject_invocation", True)
+    return args
+
+
 def run_case(module, case: dict, http_targets=("open_url",)) -> dict:
     """Run ``module.main()`` with the case's input and mocks; fail the test on any difference; return the result."""
     mocks = case.get("mocks") or {}
@@ -282,7 +292,7 @@ def run_case(module, case: dict, http_targets=("open_url",)) -> dict:
     stdout = io.StringIO()
     exit_code = crash = None
     with contextlib.ExitStack() as stack:
-        stack.enter_context(patch_module_args(case.get("input") or {}))
+        stack.enter_context(patch_module_args(_module_args(case)))
         stack.enter_context(mock.patch.object(basic.AnsibleModule, "run_command", run_command))
         stack.enter_context(mock.patch.object(basic.AnsibleModule, "get_bin_path", get_bin_path))
         stack.enter_context(mock.patch.object(basic.AnsibleModule, "warn", warn))
