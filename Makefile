@@ -5,22 +5,27 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-PYTHON ?= python3
+# The controller's Python: the newest 3.12 or later found (ansible-core 2.20 and later run on 3.12 to 3.14), else
+# python3 with ansible-core 2.19, the newest core that runs on Python 3.11 (make venv says so).
+PYTHON ?= $(shell .ci/find-python 3.14 3.13 3.12 || command -v python3)
+PY_VER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 COLLECTIONS := $(VENV)/collections
 # ansible-test needs the collection at a path ending in ansible_collections/<namespace>/<name>.
 TEST_ROOT := $(CURDIR)/.tmp/ansible_collections/llmserve/sglang
-# The oldest ansible-core meta/runtime.yml claims: sanity and units on it too, from a venv of its own, in a copy of the
-# tree of its own. ansible-test --venv builds each test's requirements for that core; it keeps them under HOME, so the
-# runs get a HOME of their own and never build a virtualenv at the same path as the other core's at once (pip's
-# download cache is shared).
-CORE_OLDEST := 2.19.0
-CORE_OLDEST_VENV := $(CURDIR)/.tmp/venv-core-$(CORE_OLDEST)
-CORE_OLDEST_ROOTS := $(foreach part,sanity units,$(CURDIR)/.tmp/core-$(CORE_OLDEST)-$(part)/ansible_collections/llmserve/sglang)
-CORE_OLDEST_HOME := $(HOME)/.cache/llmserve-sglang/ansible-core-$(CORE_OLDEST)
-CORE_OLDEST_ENV := HOME=$(CORE_OLDEST_HOME) PIP_CACHE_DIR=$(HOME)/.cache/pip PATH=$(CORE_OLDEST_VENV)/bin:$$PATH
-PY_VER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+# ansible-core: constraints.txt pins the newest release (the venv's, for everything make test runs); sanity and
+# units also run on the newest patch release of every other minor version meta/runtime.yml claims, each from a venv
+# of its own (.ci/ansible-core-<version>.txt) in a copy of the tree of its own. ansible-test --venv builds each test's
+# requirements for that core; it keeps them under HOME, so each core's runs get a HOME of their own and never build a
+# virtualenv at the same path as another core's at once (pip's download cache is shared).
+CORE := $(shell sed -n 's/^ansible-core==//p' constraints.txt)
+CORE_LANES := 2.19.14 2.20.10
+CORE_FOR_PYTHON_3_11 := 2.19.14
+NEW_PYTHON := $(filter 3.12 3.13 3.14,$(PY_VER))
+VENV_CORE := $(if $(NEW_PYTHON),$(CORE),$(CORE_FOR_PYTHON_3_11))
+# The oldest Python the modules claim on the hosts (tests/config.yml): their unit tests run on it too.
+TARGET_PYTHON_OLDEST := 3.9
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
@@ -38,13 +43,14 @@ MOLECULE_SCENARIOS ?= nvidia_driver sglang
 # nvidia_driver does not support Debian 13 yet (its CUDA repository and packages): Debian 12 only.
 MOLECULE_SCENARIOS_TRIXIE ?= sglang
 
-.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units sanity-oldest units-oldest oldest-core functional sim simhosts molecule wheelhouse build ee changelog changelog-lint galaxy-importer bench bench-engine bench-prediction bench-convergence bench-fleet bench-watch bench-quick clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others lint sanity units units-target-oldest other-cores functional sim simhosts molecule wheelhouse build ee changelog changelog-lint galaxy-importer new-user bench bench-engine bench-prediction bench-convergence bench-fleet bench-watch bench-quick clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
 	@echo "make test        lint + sanity + units + functional + sim + simhosts + molecule + build (what CI runs)"
 	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | ee | bench | bench-quick | clean"
-	@echo "make sanity-oldest | units-oldest   sanity, units on ansible-core 2.19.0 (the oldest meta/runtime.yml claims)"
+	@echo "make sanity-core-V | units-core-V   sanity, units on ansible-core V (CORE_LANES: $(CORE_LANES)); other-cores: all"
+	@echo "make units-target-oldest   the modules' unit tests on the hosts' oldest Python ($(TARGET_PYTHON_OLDEST))"
 	@echo "make galaxy-importer | changelog | changelog-lint   Galaxy's import of the tarball; CHANGELOG.rst"
 	@echo "make sim-up [N=4] [PROFILE=field] | sim-down | sim-status   simulated GPU hosts"
 
@@ -58,23 +64,27 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip git shellcheck pciutils >/dev/null; \
 	fi
 
-# requirements-dev.txt: the tools, and the collection's runtime requirements.txt (-r); constraints.txt pins all.
-$(VENV)/.installed: requirements-dev.txt requirements.txt constraints.txt $(wildcard cli/pyproject.toml cli/*/*.py) | system-deps
-	@echo "creating $(VENV) and installing pinned requirements"
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt -c constraints.txt 2>&1 | $(PIP_NOISE)
+# requirements-dev.txt: the tools, and the collection's runtime requirements.txt (-r); constraints.txt pins all, the
+# newest ansible-core included. The stamp names the Python and the core: another of either makes the venv anew.
+VENV_STAMP := $(VENV)/.installed-python$(PY_VER)-core$(VENV_CORE)
+$(VENV_STAMP): requirements-dev.txt requirements.txt constraints.txt $(wildcard cli/pyproject.toml cli/*/*.py) | system-deps
+	@$(if $(NEW_PYTHON),,echo "make venv: no Python 3.12 or later found (python3.14, python3.13, python3.12 or pyenv's):" \
+	  "Python $(PY_VER) with ansible-core $(CORE_FOR_PYTHON_3_11), the newest core that runs on it; 2.20 and 2.21 are not tested")
+	@echo "creating $(VENV): Python $(PY_VER) ($(PYTHON)), ansible-core $(VENV_CORE), pinned requirements"
+	rm -rf $(VENV) && $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt \
+	  -c <(grep -v '^ansible-core==' constraints.txt) ansible-core==$(VENV_CORE) 2>&1 | $(PIP_NOISE)
 	@# The console command llmserve-fleet, as a user installs it from the collection (README).
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps ./cli 2>&1 | $(PIP_NOISE)
 	rm -rf cli/build cli/*.egg-info
 	mkdir -p $(COLLECTIONS)/ansible_collections/llmserve
 	ln -sfn $(CURDIR) $(COLLECTIONS)/ansible_collections/llmserve/sglang
-	mkdir -p $(HOME)/.ansible/test/cache
-	cp .ci/get_pip_offline.py $(HOME)/.ansible/test/cache/get_pip_24_2.py
+	$(call offline_get_pip,$(VENV),$(HOME))
 	touch $@
 
-venv: $(VENV)/.installed
+venv: $(VENV_STAMP)
 
-$(WHEELHOUSE_DIR)/.built: $(SIM_SOURCES) | $(VENV)/.installed
+$(WHEELHOUSE_DIR)/.built: $(SIM_SOURCES) | $(VENV_STAMP)
 	rm -rf $(WHEELHOUSE_DIR) && mkdir -p $(WHEELHOUSE_DIR)
 	$(BIN)/pip wheel -q --disable-pip-version-check --no-deps tools/sglang_sim -w $(WHEELHOUSE_DIR) 2>&1 | $(PIP_NOISE)
 	rm -rf tools/sglang_sim/build
@@ -102,27 +112,30 @@ demo: venv
 # Two lanes side by side where that is free: each part below uses about one core, or waits on its servers and hosts
 # (sim, molecule). sanity and units share one lane: both build ansible-test's environment in $(TEST_ROOT). Each
 # part's output comes in one piece when it ends (-O). The simulated hosts then have both cores to themselves (their
-# work is CPU-bound). ansible-core 2.19.0's sanity and units run in the first lane too (each its own copy of the tree,
-# one venv), and galaxy-importer last, after the other lane's ee (`build` checks ee's files). The parts, measured one
-# at a time on 2 cores (README, "Measured"): sanity 62 s, units 25, units-oldest 35, sanity-oldest 73, functional 132,
-# galaxy-importer 21 and its venv / lint 21, ee 2, sim 74, molecule 206: about 5.5 min a lane. With galaxy-importer
-# in the second lane, a clean clone's lanes took as long (6 min 45 s, against 6 min 17 s to 6 min 33 s before).
+# work is CPU-bound). The other cores' sanity and units (CORE_LANES, each a copy of the tree and a venv of its own)
+# go one core to each lane, and galaxy-importer last, after the other lane's ee (`build` checks ee's files). What
+# each part takes is in README, "Measured".
 test: venv wheelhouse
+	@$(if $(NEW_PYTHON),,echo "make test: Python $(PY_VER): ansible-core $(VENV_CORE) only; no lane for $(filter-out $(VENV_CORE),$(CORE_LANES)) $(CORE)")
 	$(MAKE) --no-print-directory -j2 test-lane-ansible-test test-lane-others
 	$(MAKE) --no-print-directory simhosts build
-	@echo "make test: all green"
+	@echo "make test: all green (ansible-core $(VENV_CORE) on Python $(PY_VER); sanity and units also on $(or $(RUNNABLE_CORE_LANES),no other core))"
 
 # One part after the other within a lane (one make each: a make of several goals would run them side by side).
+# The other cores' sanity and units go half to each lane.
 test-lane-ansible-test:
 	$(MAKE) --no-print-directory -O sanity
 	$(MAKE) --no-print-directory -O units
-	$(MAKE) --no-print-directory -O units-oldest
-	$(MAKE) --no-print-directory -O sanity-oldest
+	$(MAKE) --no-print-directory -O units-target-oldest
+	$(foreach core,$(word 1,$(RUNNABLE_CORE_LANES)),$(MAKE) --no-print-directory -O sanity-core-$(core) \
+	  && $(MAKE) --no-print-directory -O units-core-$(core))
 	$(MAKE) --no-print-directory -O functional
 	$(MAKE) --no-print-directory -O galaxy-importer
 test-lane-others:
 	$(MAKE) --no-print-directory -O lint
 	$(MAKE) --no-print-directory -O ee
+	$(foreach core,$(wordlist 2,9,$(RUNNABLE_CORE_LANES)),$(MAKE) --no-print-directory -O sanity-core-$(core) \
+	  && $(MAKE) --no-print-directory -O units-core-$(core);)
 	$(MAKE) --no-print-directory -O sim
 	$(MAKE) --no-print-directory -O molecule
 
@@ -131,13 +144,28 @@ lint: venv
 	$(MAKE) --no-print-directory changelog-lint
 
 # A fresh copy of the tracked tree (plus new, not-ignored files) where ansible-test wants it.
-$(TEST_ROOT) $(CORE_OLDEST_ROOTS): FORCE
-	rm -rf $@ && mkdir -p $@
-	git ls-files -z --cached --others --exclude-standard \
-	  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $@
-	@# ansible-test lists content with git; a repository of its own keeps it from seeing this one's .gitignore.
-	cd $@ && git init -q && git add -A
+define fresh_tree
+rm -rf $@ && mkdir -p $@
+git ls-files -z --cached --others --exclude-standard \
+  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C $@
+@# ansible-test lists content with git; a repository of its own keeps it from seeing this one's .gitignore.
+cd $@ && git init -q && git add -A
+endef
+$(TEST_ROOT): FORCE
+	$(fresh_tree)
+$(CURDIR)/.tmp/core-%/ansible_collections/llmserve/sglang: FORCE
+	$(fresh_tree)
 FORCE:
+
+# ansible-test bootstraps pip in each virtualenv it makes with a get-pip.py from ci-files.testing.ansible.com, out of
+# reach here: .ci/get_pip_offline.py stands in for it, under the name of the pip release the core asks for.
+# $(1): the venv with that ansible-core; $(2): the HOME its ansible-test runs with.
+define offline_get_pip
+mkdir -p $(2)/.ansible/test/cache
+for pip in $$(sed -n "s/^ *pip='\([0-9.]*\)',\{0,1\}$$/\1/p" \
+    $(1)/lib/python*/site-packages/ansible_test/_internal/python_requirements.py | tr . _); do \
+  cp .ci/get_pip_offline.py $(2)/.ansible/test/cache/get_pip_$$pip.py; done
+endef
 
 sanity: venv $(TEST_ROOT)
 	cd $(TEST_ROOT) && $(BIN)/ansible-test sanity --venv --python $(PY_VER) --color no
@@ -145,18 +173,32 @@ sanity: venv $(TEST_ROOT)
 units: venv $(TEST_ROOT)
 	cd $(TEST_ROOT) && $(BIN)/ansible-test units --venv --python $(PY_VER) --color no
 
-$(CORE_OLDEST_VENV)/.installed: .ci/ansible-core-$(CORE_OLDEST).txt | system-deps
-	rm -rf $(CORE_OLDEST_VENV) && $(PYTHON) -m venv $(CORE_OLDEST_VENV)
-	$(CORE_OLDEST_VENV)/bin/pip install -q --disable-pip-version-check -r .ci/ansible-core-$(CORE_OLDEST).txt 2>&1 \
-	  | $(PIP_NOISE)
-	mkdir -p $(CORE_OLDEST_HOME)/.ansible/test/cache
-	cp .ci/get_pip_offline.py $(CORE_OLDEST_HOME)/.ansible/test/cache/get_pip_24_2.py
+# The modules' and module_utils' unit tests on the oldest Python the modules claim on the hosts (tests/config.yml);
+# ansible-test runs only the tests of code that runs there. That Python from PATH or pyenv (.ci/find-python).
+units-target-oldest: venv $(TEST_ROOT)
+	@python=$$(.ci/find-python $(TARGET_PYTHON_OLDEST)) \
+	  || { echo "units-target-oldest: no Python $(TARGET_PYTHON_OLDEST) (python$(TARGET_PYTHON_OLDEST) or pyenv's): NOT RUN"; exit 0; }; \
+	  echo "units on the hosts' Python $(TARGET_PYTHON_OLDEST): $$python"; \
+	  cd $(TEST_ROOT) && PATH=$(BIN):$$(dirname $$python):$$PATH \
+	  $(BIN)/ansible-test units --venv --python $(TARGET_PYTHON_OLDEST) --color no
+
+$(CURDIR)/.tmp/venv-core-%/.installed: .ci/ansible-core-%.txt | system-deps
+	rm -rf $(@D) && $(PYTHON) -m venv $(@D)
+	$(@D)/bin/pip install -q --disable-pip-version-check -r $< 2>&1 | $(PIP_NOISE)
+	$(call offline_get_pip,$(@D),$(HOME)/.cache/llmserve-sglang/ansible-core-$*)
 	touch $@
 
-# sanity and units on the oldest ansible-core, each in a copy of the tree of its own (they may run side by side).
-sanity-oldest units-oldest: %-oldest: $(CORE_OLDEST_VENV)/.installed $(CURDIR)/.tmp/core-$(CORE_OLDEST)-%/ansible_collections/llmserve/sglang
-	cd $(word 2,$^) && $(CORE_OLDEST_ENV) ansible-test $* --venv --python $(PY_VER) --color no
-oldest-core: sanity-oldest units-oldest
+# sanity and units on another ansible-core (CORE_LANES), each in a copy of the tree of its own (they may run side by
+# side): make sanity-core-2.20.10 units-core-2.20.10.
+CORE_ENV = HOME=$(HOME)/.cache/llmserve-sglang/ansible-core-$(1) PIP_CACHE_DIR=$(HOME)/.cache/pip \
+  PATH=$(CURDIR)/.tmp/venv-core-$(1)/bin:$$PATH
+sanity-core-%: $(CURDIR)/.tmp/venv-core-%/.installed $(CURDIR)/.tmp/core-%-sanity/ansible_collections/llmserve/sglang
+	cd $(word 2,$^) && $(call CORE_ENV,$*) ansible-test sanity --venv --python $(PY_VER) --color no
+units-core-%: $(CURDIR)/.tmp/venv-core-%/.installed $(CURDIR)/.tmp/core-%-units/ansible_collections/llmserve/sglang
+	cd $(word 2,$^) && $(call CORE_ENV,$*) ansible-test units --venv --python $(PY_VER) --color no
+# Every other core's lanes this controller's Python can run (2.20 and later need 3.12 or later).
+RUNNABLE_CORE_LANES := $(if $(NEW_PYTHON),$(CORE_LANES))
+other-cores: $(foreach core,$(RUNNABLE_CORE_LANES),sanity-core-$(core) units-core-$(core))
 
 # Two workers: its tests mostly wait on ansible-playbook processes, and the other lane's molecule on its hosts.
 functional: venv
@@ -281,6 +323,12 @@ bench-convergence bench-fleet bench-watch: bench-%: venv wheelhouse
 # Three deployments of the convergence matrix, in under 10 minutes.
 bench-quick: venv wheelhouse
 	$(BIN)/python bench/bench_convergence.py --quick
+
+# A new user's first run: `pip install ansible` unpinned on Python 3.12 or later, the tarball installed, site.yml and
+# tune_kv.yml on one simulated host with no ansible.cfg; what they printed to bench/results/new-user.md. Not in make
+# test: it downloads the newest ansible, which changes under it.
+new-user: wheelhouse
+	bench/new_user.sh
 
 clean:
 	rm -rf .tmp tests/output .pytest_cache kv_tune_reports
