@@ -12,3 +12,11 @@ for _entry in (os.environ.get("ANSIBLE_COLLECTIONS_PATH") or "").split(os.pathse
         str(Path(__file__).resolve().parents[1] / ".venv" / "collections")]:
     if _entry and os.path.isdir(_entry) and _entry not in sys.path:
         sys.path.append(_entry)
+
+
+def pytest_configure(config):
+    # Python 3.12+ warns on every forkpty() in a process with threads: ansible-runner's pexpect forks ansible-playbook
+    # (functional and simulated-host tests) from a pytest-xdist worker (execnet's threads), and the child execs at
+    # once, holding none of their locks.
+    config.addinivalue_line(
+        "filterwarnings", r"ignore:This process \(pid=\d+\) is multi-threaded, use of forkpty\(\):DeprecationWarning")

@@ -18,12 +18,6 @@ os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.enviro
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-def pytest_configure(config):
-    # Python 3.12+ warns on every forkpty() in a process with threads: ansible-runner's pexpect forks ansible-playbook
-    # from a pytest-xdist worker (execnet's threads), and the child execs at once, holding none of their locks.
-    config.addinivalue_line(
-        "filterwarnings", r"ignore:This process \(pid=\d+\) is multi-threaded, use of forkpty\(\):DeprecationWarning")
-
 
 def _collections_path() -> str:
     # `make venv` links the checkout here as ansible_collections/llmserve/sglang.

@@ -141,12 +141,19 @@ def test_a_rerun_changes_nothing_on_either_node(server, tmp_path):
 def test_a_node_watches_what_other_processes_take_on_its_gpus_during_a_load(server):
     # What node 1 runs while node 0 drives a trial's load (gpu_info with watch_units, on a real systemd host): the
     # 4 GiB held on GPU 3 all along, and 2 GiB another process takes on GPU 5 meanwhile, outside sglang.service.
+    failures = []
+
     def take():
-        # Once the module runs on node 1 (its pipelined shell is there), not a fixed time after ansible starts: on a
-        # busy controller the connection alone can outlast a fixed delay, and the first reading already sees 2 GiB.
-        wait_for(lambda: ssh(NODES[1], "pgrep -f '[p]ython3[^ ]* && sleep 0' || true").strip(), timeout=60, step=0.1)
-        time.sleep(2)
-        set_faults(NODES[1], gpu_occupied_mib={"3": 4096, "5": 2048})
+        # Once the module runs on node 1 (its pipelined interpreter is there: a process whose whole command line is the
+        # inventory's /usr/bin/python3, under `sh -c` on every core; 2.21 no longer adds `&& sleep 0`), not a fixed
+        # time after ansible starts: on a busy controller the connection alone can outlast a fixed delay, and the
+        # first reading already sees 2 GiB.
+        try:
+            wait_for(lambda: ssh(NODES[1], "pgrep -fx /usr/bin/python3 || true").strip(), timeout=60, step=0.1)
+            time.sleep(2)
+            set_faults(NODES[1], gpu_occupied_mib={"3": 4096, "5": 2048})
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            failures.append(exc)  # said below, not lost with the thread
 
     taker = threading.Thread(target=take)
     taker.start()
@@ -155,6 +162,7 @@ def test_a_node_watches_what_other_processes_take_on_its_gpus_during_a_load(serv
     finally:
         taker.join()
         set_faults(NODES[1], gpu_occupied_mib={"3": 4096})
+    assert not failures, "the other process never took its 2 GiB: %r" % failures
     seen = {entry["gpu"]: entry for entry in results[NODES[1]]["watched"]["other_memory_seen"]}
     gib = 2 ** 30
     assert (seen[3]["min_bytes"], seen[3]["max_bytes"]) == (4 * gib, 4 * gib), seen
