@@ -18,7 +18,6 @@ os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.enviro
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-
 def _collections_path() -> str:
     # `make venv` links the checkout here as ansible_collections/llmserve/sglang.
     return os.environ.get("ANSIBLE_COLLECTIONS_PATH") or str(Path(sys.prefix) / "collections")
