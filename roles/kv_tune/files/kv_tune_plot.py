@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
     try:
         plot(report, argv[2])
     except ImportError as exc:
-        sys.stderr.write("matplotlib is not installed on the controller (%s): no plot\n" % exc)
+        sys.stderr.write("matplotlib is not installed on the controller (%s)\n" % exc)
         return 3
     return 0
 
