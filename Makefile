@@ -15,10 +15,11 @@ COLLECTIONS := $(VENV)/collections
 # ansible-test needs the collection at a path ending in ansible_collections/<namespace>/<name>.
 TEST_ROOT := $(CURDIR)/.tmp/ansible_collections/llmserve/sglang
 # ansible-core: constraints.txt pins the newest release (the venv's, for everything make test runs); sanity and
-# units also run on the newest patch release of every other minor version meta/runtime.yml claims, each from a venv
-# of its own (.ci/ansible-core-<version>.txt) in a copy of the tree of its own. ansible-test --venv builds each test's
-# requirements for that core; it keeps them under HOME, so each core's runs get a HOME of their own and never build a
-# virtualenv at the same path as another core's at once (pip's download cache is shared).
+# units also run on the newest patch release of every other minor version meta/runtime.yml claims (CORE_LANES), each
+# from a venv of its own (that core, what it pulls in at constraints.txt's pins) in a copy of the tree of its own.
+# ansible-test --venv builds each test's requirements for that core; it keeps them under HOME, so each core's runs get
+# a HOME of their own and never build a virtualenv at the same path as another core's at once (pip's download cache is
+# shared).
 CORE := $(shell sed -n 's/^ansible-core==//p' constraints.txt)
 CORE_LANES := 2.19.14 2.20.10
 CORE_FOR_PYTHON_3_11 := 2.19.14
@@ -182,9 +183,10 @@ units-target-oldest: venv $(TEST_ROOT)
 	  cd $(TEST_ROOT) && PATH=$(BIN):$$(dirname $$python):$$PATH \
 	  $(BIN)/ansible-test units --venv --python $(TARGET_PYTHON_OLDEST) --color no
 
-$(CURDIR)/.tmp/venv-core-%/.installed: .ci/ansible-core-%.txt | system-deps
+$(CURDIR)/.tmp/venv-core-%/.installed: constraints.txt | system-deps
 	rm -rf $(@D) && $(PYTHON) -m venv $(@D)
-	$(@D)/bin/pip install -q --disable-pip-version-check -r $< 2>&1 | $(PIP_NOISE)
+	$(@D)/bin/pip install -q --disable-pip-version-check ansible-core==$* \
+	  -c <(grep -v '^ansible-core==' constraints.txt) 2>&1 | $(PIP_NOISE)
 	$(call offline_get_pip,$(@D),$(HOME)/.cache/llmserve-sglang/ansible-core-$*)
 	touch $@
 

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The ansible-core versions the collection claims against those it is tested on and those its files name:
-meta/runtime.yml's requires_ansible admits every core make test runs (constraints.txt's, each .ci/ansible-core-*.txt
-lane's) and the example execution environment's, claims no minor version none of them is, and the README, docs/awx.md
+meta/runtime.yml's requires_ansible admits every core make test runs (constraints.txt's, each of the Makefile's
+CORE_LANES) and the example execution environment's, claims no minor version none of them is, and the README, docs/awx.md
 and ansible-lint's meta-runtime setting say the same."""
 from __future__ import annotations
 
@@ -31,10 +31,6 @@ def venv_core():
     return pinned_core(REPO / "constraints.txt")
 
 
-def lane_cores():
-    return {path.name: pinned_core(path) for path in sorted((REPO / ".ci").glob("ansible-core-*.txt"))}
-
-
 def makefile_lanes():
     match = re.search(r"^CORE_LANES := (.*)$", (REPO / "Makefile").read_text(), re.M)
     return [Version(word) for word in match.group(1).split()]
@@ -47,13 +43,6 @@ def ee_core():
 
 def minor(version):
     return "%d.%d" % (version.major, version.minor)
-
-
-def test_each_lane_file_is_a_lane_make_test_runs():
-    lanes = lane_cores()
-    assert sorted(lanes.values()) == sorted(makefile_lanes())
-    for name, version in lanes.items():
-        assert name == "ansible-core-%s.txt" % version
 
 
 def test_requires_ansible_admits_every_core_tested_and_the_ees():
