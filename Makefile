@@ -183,6 +183,8 @@ units-target-oldest: venv $(TEST_ROOT)
 	  cd $(TEST_ROOT) && PATH=$(BIN):$$(dirname $$python):$$PATH \
 	  $(BIN)/ansible-test units --venv --python $(TARGET_PYTHON_OLDEST) --color no
 
+# Pattern targets are intermediate to make, which deletes them when it ends: the venvs and trees are kept.
+.PRECIOUS: $(CURDIR)/.tmp/venv-core-%/.installed $(CURDIR)/.tmp/core-%/ansible_collections/llmserve/sglang
 $(CURDIR)/.tmp/venv-core-%/.installed: constraints.txt | system-deps
 	rm -rf $(@D) && $(PYTHON) -m venv $(@D)
 	$(@D)/bin/pip install -q --disable-pip-version-check ansible-core==$* \

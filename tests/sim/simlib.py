@@ -11,6 +11,7 @@ and can run in parallel. Every wait is bounded.
 from __future__ import annotations
 
 import glob
+import http.client
 import json
 import os
 import signal
@@ -153,7 +154,8 @@ class Server:
 
 
 def request(url: str, body=None, headers=None, timeout: float = 60) -> tuple:
-    """(status, parsed JSON or text) of a GET (body None) or POST; status 0 when the connection fails."""
+    """(status, parsed JSON or text) of a GET (body None) or POST; status 0 when the connection fails or the server
+    dies before its answer is whole (IncompleteRead)."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers=dict({"Content-Type": "application/json"}, **(headers or {})))
     try:
@@ -161,7 +163,7 @@ def request(url: str, body=None, headers=None, timeout: float = 60) -> tuple:
             status, raw = response.status, response.read()
     except urllib.error.HTTPError as exc:
         status, raw = exc.code, exc.read()
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return 0, None
     try:
         return status, json.loads(raw.decode() or "null")
