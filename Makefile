@@ -193,11 +193,13 @@ $(CURDIR)/.tmp/venv-core-%/.installed: constraints.txt | system-deps
 	touch $@
 
 # sanity and units on another ansible-core (CORE_LANES), each in a copy of the tree of its own (they may run side by
-# side): make sanity-core-2.20.10 units-core-2.20.10. Its sanity runs the tests whose verdict depends on the core: they
-# load the code, or judge it by that core's rules (its pylint plugins, its module and doc schemas). The text checks
-# (pep8, yamllint, shellcheck, quotes, line endings, the changelog fragments) read the same files on every core: they
-# run once, on the newest, and each would cost another virtualenv per core.
-CORE_SANITY_TESTS := action-plugin-docs ansible-doc compile import pylint runtime-metadata validate-modules
+# side): make sanity-core-2.20.10 units-core-2.20.10. Its sanity runs the tests whose verdict says whether the
+# collection works on that core: they load the code (import, compile, ansible-doc, action-plugin-docs) or check it
+# against that core's schemas (validate-modules, runtime-metadata). The rest read the same files on every core and
+# run once, on the newest: the text checks (pep8, yamllint, shellcheck, quotes, line endings, the changelog
+# fragments), and pylint, whose older cores' runs differ only by an older pylint release (3.3 on 2.19) and by
+# checks the newest core keeps or tightens; without it an older core's sanity takes 42 s instead of 88 s.
+CORE_SANITY_TESTS := action-plugin-docs ansible-doc compile import runtime-metadata validate-modules
 CORE_ENV = HOME=$(HOME)/.cache/llmserve-sglang/ansible-core-$(1) PIP_CACHE_DIR=$(HOME)/.cache/pip \
   PATH=$(CURDIR)/.tmp/venv-core-$(1)/bin:$$PATH
 sanity-core-%: $(CURDIR)/.tmp/venv-core-%/.installed $(CURDIR)/.tmp/core-%-sanity/ansible_collections/llmserve/sglang

@@ -19,11 +19,13 @@ import time
 import urllib.error
 import urllib.request
 
+from ansible_collections.llmserve.sglang.plugins.module_utils.lazy_opener import LazyOpener
+
 GIB = 2 ** 30
 DEFAULT_CHUNK = 8192          # SGLang's chunked_prefill_size on large GPUs when the server does not say
 VOCAB_LOW, VOCAB_HIGH = 100, 30000
 MAX_ERROR_MESSAGES = 5
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_OPENER = LazyOpener(urllib.request.ProxyHandler({}))
 
 
 class KvStressError(ValueError):

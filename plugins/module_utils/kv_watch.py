@@ -39,6 +39,7 @@ import urllib.error
 import urllib.request
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_pin, server_args
+from ansible_collections.llmserve.sglang.plugins.module_utils.lazy_opener import LazyOpener
 
 GIB = 2 ** 30
 RECORD_VERSION = 1
@@ -189,7 +190,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 # No proxy from the environment either: /metrics is the server's own port on this host.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+_OPENER = LazyOpener(urllib.request.ProxyHandler({}), _NoRedirect)
 
 
 def _os_words(exc):

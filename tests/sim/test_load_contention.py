@@ -20,7 +20,10 @@ import pytest
 import simlib
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_capacity_report
+from ansible_collections.llmserve.sglang.plugins.module_utils import server_args as product_args
+from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import pool_findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import pool_residual_gib
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
 
 if simlib.SIM_SRC not in sys.path:
@@ -272,12 +275,40 @@ def test_tp_server_a_neighbour_on_one_gpu_shrinks_every_ranks_pool(make_sim):
                                                            abs=0.011)
         assert rank["kv_tokens"] == facts["kv_tokens"]
     assert facts["kv_tokens"] < clean_facts["kv_tokens"] * 0.85
-    with open(os.path.join(simlib.PROFILES, "field", "model", "config.json"), encoding="utf-8") as handle:
-        config = json.load(handle)
+    # The collection's boot check names it (tests/simhosts runs the tuner only on what a host's GPU watch shows).
+    assert clean_facts["untrusted"] == []
+    assert any(finding.startswith("ranks that load the same shards report different weights")
+               for finding in facts["untrusted"]), facts["untrusted"]
+    config = _field_config()
     predicted = kv_capacity_report.capacity(config, 0.88, facts["pre_load_free_gib"], facts["post_load_free_gib"],
                                             tp_size=8, sglang_version="0.5.9",
                                             speculative_algorithm="EAGLE3")["max_total_num_tokens"]
     assert abs(facts["kv_tokens"] - predicted) / predicted < 0.002
+
+
+def _field_config() -> dict:
+    with open(os.path.join(simlib.PROFILES, "field", "model", "config.json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def test_tp_server_a_neighbour_on_every_gpu_while_the_pool_is_sized_moves_the_pool_off_the_formula(make_sim):
+    """field (TP8): 2 GiB taken on every GPU after the weights are logged: every rank reads clean and even, and only
+    the pool, 2 GiB short of the formula at the log's own P, A and f, shows it (the tuner's pool check, against the
+    run's first start)."""
+    clean = make_sim("field").start(simlib.launch_args("field"))
+    assert clean.wait_ready(), clean.log
+    clean_facts = parse_startup_log(clean.log)
+    clean.stop()
+    server = make_sim("field", faults=_contended({str(gpu): 2048 for gpu in range(8)}, load_contention_from="pool")
+                      ).start(simlib.launch_args("field"))
+    assert server.wait_ready(), server.log
+    facts = parse_startup_log(server.log)
+    assert facts["untrusted"] == [] and facts["kv_tokens"] < clean_facts["kv_tokens"]
+    residuals = [pool_residual_gib(_field_config(), product_args.memory_args(boot["server_args"]), "0.5.9", {}, boot)
+                 for boot in (clean_facts, facts)]
+    assert residuals[1] - residuals[0] == pytest.approx(2.0, abs=0.05), residuals
+    found = pool_findings(residuals[1], residuals[0])
+    assert len(found) == 1 and found[0].startswith("the pool SGLang logged is 2.0"), found
 
 
 def test_gated_server_and_the_oracle_are_unchanged(make_sim):

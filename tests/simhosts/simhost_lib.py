@@ -31,6 +31,10 @@ TOOL = REPO / "tools" / "simhosts" / "simhosts.py"
 STATE_DIR = Path(os.environ.get("SIM_STATE_DIR", "/var/lib/llmserve-sim"))
 SITE = REPO / "playbooks" / "site.yml"
 TUNE_KV = REPO / "playbooks" / "tune_kv.yml"
+# Each <host>.png costs the controller about 1.3 s of CPU (matplotlib on Python 3.13), a minute of the suite in all:
+# tune() and controller() draw none unless a test asks. test_tune_kv_on_simhost.py checks the plots of the tune it runs
+# through llmserve-fleet, which draws them as the role's default says.
+PLOT_OFF = {"kv_tune_plot": False}
 
 # The tuner's defaults (roles/kv_tune) that the tests judge its pins by.
 RESOLUTION = 0.005
@@ -223,8 +227,8 @@ def watch(inventory: Path, reports: Path, command: str = "tune", tty: bool = Tru
 def tune(inventory: Path, reports: Path, limit: str | None = None, serial: str | None = None,
          cmdline: str | None = None, **extravars) -> Played:
     """playbooks/tune_kv.yml, its reports into ``reports``; ``limit``: kv_tune_hosts, ``serial``: kv_tune_serial
-    (None: the playbook's default batches, a canary first)."""
-    extravars = {"kv_tune_report_dir": str(reports), **extravars}
+    (None: the playbook's default batches, a canary first). No <host>.png (PLOT_OFF) unless a test asks."""
+    extravars = {"kv_tune_report_dir": str(reports), **PLOT_OFF, **extravars}
     if serial:
         extravars = {"kv_tune_serial": serial, **extravars}
     if limit:
@@ -236,7 +240,7 @@ def controller(inventory: Path, reports: Path, log: bool = True, **extravars) ->
     """ansible-playbook tune_kv.yml in the background, in ``reports`` and a session of its own (os.killpg kills it
     and its children); its output to reports/controller.log (``log``), else nowhere."""
     env = dict(os.environ, **{key: value for key, value in _envvars().items() if key != "ANSIBLE_NOCOLOR"})
-    extravars = {"kv_tune_report_dir": str(reports), **extravars}
+    extravars = {"kv_tune_report_dir": str(reports), **PLOT_OFF, **extravars}
     # pylint: disable-next=consider-using-with
     out = open(reports / "controller.log", "w", encoding="utf-8") if log else subprocess.DEVNULL
     return subprocess.Popen([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),

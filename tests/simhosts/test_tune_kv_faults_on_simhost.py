@@ -136,9 +136,13 @@ def test_another_process_on_one_gpu_stops_the_tune_before_any_restart(fleet, tmp
     assert invocation(HOST) == started and serving(fleet)
 
 
+# Memory another process takes while a start loads, seen only in the log (different weights on ranks of one stage;
+# different memory lost between the weights and the pool; a pool off the formula): the simulator's log of each is
+# parsed by the product's parser in tests/sim/test_load_contention.py, each finding is unit-tested in
+# test_boot_trust.py and test_kv_tune_model.py, and the run's answer to an untrusted trial (start it again, then stop
+# on the last-known-good value) in the action's scripted-host cases. Here: what only a host shows, the GPUs watched
+# through nvidia-smi over ssh while the server starts and before the commit.
 @pytest.mark.parametrize("faults, why", [
-    # 4 GiB on GPU 0 (5.5% of the field host's 72 GiB share per GPU): that rank's weights figure grows by it.
-    ({"load_contention_mib": {"0": 4096}}, ["ranks that load the same shards report different weights"]),
     # 2 GiB on each GPU: every rank reports the same weights, 2.8% over the checkpoint's share, so the log alone looks
     # clean; sglang_ready's watch of the GPUs sees the other process, listed on GPUs 0-3, and on 4-7 (another
     # container's, nvidia-smi lists no process for it) in memory.used. The simulator loads in 0.3 s what takes
@@ -147,15 +151,6 @@ def test_another_process_on_one_gpu_stops_the_tune_before_any_restart(fleet, tmp
       "slow_start_s": 3},
      ["another process held up to 2.00 GiB on GPU 0 while the server started",
       "GPU 4 used up to 2.00 GiB that no process was listed for while the server started"]),
-    # 2 GiB on GPU 3 from the end of the weights until after the pool: the weights and A read clean on every rank,
-    # for a moment too short for the watch; the pool is sized on less and that rank's "Memory pool end" is short.
-    ({"load_contention_mib": {"3": 2048}, "load_contention_from": "pool"},
-     ["ranks that build the same pools lost different memory between the weights and the pool's end besides the "
-      "pools: TP3 "]),
-    # 2 GiB on every GPU while the pool is sized: every rank even, too short for the watch; the pool is 2 GiB off the
-    # formula at the log's own P, A and f where the first start's was not.
-    ({"load_contention_mib": {str(gpu): 2048 for gpu in range(8)}, "load_contention_from": "pool"},
-     ["the pool SGLang logged is 2.0"]),
     # 2 GiB on every GPU once the load has ended (the simulator: 0.1 s after kv_stress's last request, when its watch
     # has stopped), listed on GPUs 0-3, not on 4-7: the start and the load were clean; the trial's look at the GPUs
     # before the commit sees it. (That look reads the processes and the totals in two nvidia-smi queries: the
@@ -163,9 +158,7 @@ def test_another_process_on_one_gpu_stops_the_tune_before_any_restart(fleet, tmp
     ({"load_contention_mib": {str(gpu): 2048 for gpu in range(8)}, "load_contention_unlisted": [4, 5, 6, 7],
       "load_contention_from": "idle"},
      ["another process held up to 2.00 GiB on GPU 0 between the load and the commit"]),
-], ids=["on one GPU, seen in the log", "on every GPU, seen by the watch, listed or not",
-        "on one GPU while the pool is sized, seen in the log", "on every GPU while the pool is sized, seen in the pool",
-        "on every GPU after the load, seen before the commit"])
+], ids=["on every GPU, seen by the watch, listed or not", "on every GPU after the load, seen before the commit"])
 def test_memory_taken_while_each_start_loads_pins_nothing(fleet, tmp_path, faults, why):
     # Another process takes memory while each start loads its weights and gives it back after the pool: the pool
     # comes out smaller and the memory given back reads as headroom (before: 0.955 and 0.93 pinned, oracle 0.910).

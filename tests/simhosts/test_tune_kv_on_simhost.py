@@ -215,18 +215,8 @@ def test_a_failed_canary_stops_the_run_before_any_other_host(fleet, tmp_path):
 
 
 # --- bad input: a clear error, nothing restarted -----------------------------------------------------------------
-
-@pytest.mark.parametrize("extravars, message", [
-    ({"kv_tune_start": 1.2}, "kv_tune_start must lie strictly between 0 and 1"),
-    ({"kv_tune_start": 0.0}, "kv_tune_start must lie strictly between 0 and 1"),
-    ({"kv_tune_start": 0.9, "kv_tune_cap": 0.85}, "is below kv_tune_start"),
-])
-def test_bad_values_fail_before_any_restart(fleet, tmp_path, extravars, message):
-    started = invocation(FIELD)
-    run = tune(fleet, tmp_path, limit=FIELD, kv_tune_force=True, **extravars)
-    assert run.status == "failed" and message in run.stdout, run.stdout[-4000:]
-    assert invocation(FIELD) == started
-
+# kv_tune_start and kv_tune_cap alone (out of range, a cap below the start) are refused before any call to the host:
+# the action's scripted-host cases. Here: what only a real host's answers decide.
 
 def test_a_missing_model_fails_before_any_restart(fleet, tmp_path):
     started = invocation(FIELD)
