@@ -4,8 +4,9 @@
 """The tuning fingerprint (docs/DESIGN.md, "The fingerprint"): everything that changes the memory picture of one host.
 
 A pinned --mem-fraction-static is valid only while the fingerprint it was tuned under is unchanged: same
-fingerprint, nothing to do (changed=0, no restart); anything else, re-tune. Pure and stdlib only: the caller reads
-the GPUs (gpu_info), the versions, config.json's text and the server args, and passes them in.
+fingerprint, nothing to do (changed=0, no restart); anything else, re-tune (:func:`retune_reason` says which). Pure
+and stdlib only: the caller reads the GPUs (gpu_info), the versions, config.json's text and the server args, and
+passes them in.
 
 What counts, and why (the keys of the dict, in sections):
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks, server_args as sa
+from ansible_collections.llmserve.sglang.plugins.module_utils import checks, kv_search, server_args as sa
 
 
 class FingerprintError(checks.InvalidInput):
@@ -122,3 +123,22 @@ def fingerprint_diff(old, new):
         elif left != right:
             changed.append(section)
     return changed
+
+
+def retune_reason(pin, current, current_hash, running_value, force=False, pin_error=None, watch=None):
+    """Why the unit must be tuned, or None when its pin still holds: the same fingerprint hash (``current_hash``, of
+    the fingerprint ``current``), the server runs the pinned value, and the headroom watch (``watch``,
+    kv_watch.decision's, when the unit has one) asks for nothing."""
+    if force:
+        return "kv_tune_force"
+    if pin_error:
+        return pin_error
+    if not pin:
+        return "never tuned"
+    if pin.get("fingerprint_hash") != current_hash:
+        changed = fingerprint_diff(pin.get("fingerprint") or {}, current or {})
+        return "fingerprint changed: " + (", ".join(changed) or "its hash")
+    pinned = pin.get("mem_fraction_static")
+    if pinned is None or running_value is None or not kv_search.same_value(pinned, running_value):
+        return "the server runs %s, not the pinned %s" % (running_value, pinned)
+    return (watch or {}).get("retune")

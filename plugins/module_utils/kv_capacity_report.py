@@ -290,13 +290,11 @@ class _PoolModel(object):
 
 
 _ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")   # environ.py EnvBool
-# The server's environment variables that change how SGLang sizes the pool (read from a unit's configuration).
-SIZING_VARIABLES = ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING",)
 
 
 def post_capture_sizing(shape, sglang_version, environment):
     """Whether SGLang ``sglang_version`` sizes this model's pool after CUDA-graph capture, with the server's
-    ``environment`` (SIZING_VARIABLES it sets): then A - P x (1 - f) is not what sizes it. KvModelError for a value
+    ``environment`` (server_args.SIZING_VARIABLES it sets): then A - P x (1 - f) is not what sizes it. KvModelError for a value
     SGLang rejects."""
     return _post_capture_sizing(shape, CapacityOptions({"sglang_version": sglang_version, "environment": environment}))
 

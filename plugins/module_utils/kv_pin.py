@@ -64,6 +64,10 @@ def check_value_text(text):
 
 LOCK_DIR = "/run/llmserve"
 REVERT_PREFIX = "llmserve-kv-revert-"
+# How long a trial may wait for its confirmation (kv_tune_confirm_timeout, kv_trial's confirm_timeout), as
+# kv_tune_settings.BOUNDS writes a range: here, where kv_trial reads it without the tuner's settings.
+CONFIRM_TIMEOUT_BOUNDS = (3, 86400, "seconds", "a day: longer leaves an unverified value on a host that lost its "
+                                               "controller for that long")
 _RUN_ID = re.compile(r"^[0-9a-f]{8}$")
 
 

@@ -27,8 +27,7 @@ BOUNDS = {
     "ready_timeout": (1, 21600, "seconds", "six hours: the largest models load in well under that"),
     "ready_interval": (0.1, 60, "seconds", "a faster poll only loads the server; a slower one wastes the trial"),
     "stress_duration": (1, 3600, "seconds", "an hour of load per trial; the pool fills within minutes"),
-    "confirm_timeout": (3, 86400, "seconds", "a day: longer leaves an unverified value on a host that lost its "
-                                             "controller for that long"),
+    "confirm_timeout": kv_pin.CONFIRM_TIMEOUT_BOUNDS,
     "stress_fill_ratio": (0.5, 1, "of the pool", "a load holding less than half the pool says nothing about the "
                                                  "largest batches"),
 }

@@ -7,7 +7,7 @@ means, and the one place that decides where the search starts."""
 from __future__ import annotations
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import kv_base, kv_defaults, kv_pin, kv_search
-from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import fingerprint_diff
+from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import retune_reason
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import fraction_text, unchanged_line, watch_note
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import lower_bound
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import TuneError
@@ -24,24 +24,6 @@ def watch_lower_to(why, watch):
     asks for a search of its own)."""
     watch = watch or {}
     return watch.get("lower_to") if watch.get("retune") and why == watch["retune"] else None
-
-
-def retune_reason(pin, fingerprint, fingerprint_hash, running_value, force=False, pin_error=None, watch=None):
-    """Why the unit must be tuned, or None when its pin still holds: same fingerprint hash, the server runs the
-    pinned value, and the headroom watch (``watch``, kv_watch.decision's, when the unit has one) asks for nothing."""
-    if force:
-        return "kv_tune_force"
-    if pin_error:
-        return pin_error
-    if not pin:
-        return "never tuned"
-    if pin.get("fingerprint_hash") != fingerprint_hash:
-        changed = fingerprint_diff(pin.get("fingerprint") or {}, fingerprint or {})
-        return "fingerprint changed: " + (", ".join(changed) or "its hash")
-    pinned = pin.get("mem_fraction_static")
-    if pinned is None or running_value is None or not kv_search.same_value(pinned, running_value):
-        return "the server runs %s, not the pinned %s" % (running_value, pinned)
-    return (watch or {}).get("retune")
 
 
 def gpu_imbalance(gpu_memory):

@@ -23,6 +23,10 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 REDACTED = "[REDACTED]"
 
+# The server's environment variables that change how SGLang sizes the pool (read from a unit's configuration;
+# kv_capacity_report.post_capture_sizing reads what they say).
+SIZING_VARIABLES = ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING",)
+
 # Other spellings of the same arguments (SGLang's short aliases, names people use).
 ALIASES = {"tp": "tp_size", "tensor_parallel_size": "tp_size", "pp": "pp_size", "pipeline_parallel_size": "pp_size",
            "dp": "dp_size", "data_parallel_size": "dp_size", "context_len": "context_length",

@@ -460,7 +460,8 @@ from ansible_collections.llmserve.sglang.plugins.module_utils import host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import parse_bool, parse_number
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import SIZING_VARIABLES, capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import SIZING_VARIABLES
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import default_for_server_args
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import SystemctlError, unit_properties

@@ -332,13 +332,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust, host_files, kv_pin, kv_watch, server_args as sa
-from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import FingerprintError, fingerprint, fingerprint_hash
+from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import (
+    FingerprintError, fingerprint, fingerprint_hash, retune_reason)
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import control_group
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_journal, unit_properties)
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import SIZING_VARIABLES
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_start import retune_reason
 from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import configured_gpus
 
 _UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart", "User",
@@ -636,8 +635,8 @@ def describe(module, fp_reader, state, argv, started, pid):
     for group in [control_group(module, other) for other in module.params["also_units"]]:
         known_pids |= (host_files.unit_pids(group) if group else None) or set()
     # One read of the unit's environment (its files hold secrets: only these variables are taken from them).
-    environment, problem = host_files.unit_variables(state, ("CUDA_VISIBLE_DEVICES",) + SIZING_VARIABLES)
-    sizing_environment = {name: environment[name] for name in SIZING_VARIABLES if name in environment}
+    environment, problem = host_files.unit_variables(state, ("CUDA_VISIBLE_DEVICES",) + sa.SIZING_VARIABLES)
+    sizing_environment = {name: environment[name] for name in sa.SIZING_VARIABLES if name in environment}
     # An EnvironmentFile= that root alone does not control leaves CUDA_VISIBLE_DEVICES, and so the GPUs, unknown.
     gpus_given = None if problem else configured_gpus(
         args, {name: environment[name] for name in ("CUDA_VISIBLE_DEVICES",) if name in environment},

@@ -175,7 +175,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin, kv_tune_settings
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin
 from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_properties)
 
@@ -307,10 +307,10 @@ class KvTrial(object):
 
     def started(self, value, confirm_timeout):
         # The tuner's own bound: a timer days away would leave the host on an unverified value that long.
-        low, high = kv_tune_settings.BOUNDS["confirm_timeout"][:2]
+        low, high, unit, _why = kv_pin.CONFIRM_TIMEOUT_BOUNDS
         if not low <= confirm_timeout <= high:
-            self.module.fail_json(msg="confirm_timeout must lie in %s, got %d"
-                                  % (kv_tune_settings.bound_text("confirm_timeout"), confirm_timeout))
+            self.module.fail_json(msg="confirm_timeout must lie in [%s, %s] %s, got %d"
+                                  % (low, high, unit, confirm_timeout))
         self.write(kv_pin.REVERT_SCRIPT, kv_pin.REVERT_SCRIPT_TEXT, 0o755)
         self.disarm()  # this run's timer of its previous trial
         self.must(self.module.get_bin_path("systemd-run", required=True), "--quiet",

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import (
-    kv_search, kv_tune, kv_tune_classes, kv_tune_lines, kv_tune_model, kv_tune_run, kv_tune_settings, kv_tune_start,
-    kv_tune_trial, kv_tune_units)
+    fingerprint, kv_search, kv_tune, kv_tune_classes, kv_tune_lines, kv_tune_model, kv_tune_run, kv_tune_settings,
+    kv_tune_start, kv_tune_trial, kv_tune_units)
 
 CASES = yaml.safe_load((Path(__file__).parent / "test_kv_tune.yaml").read_text())
 DEFAULT_SETTINGS = {"unit": "sglang.service", "start": None, "cap": 0.98, "resolution": 0.005, "safety_gib": 1.0,
@@ -181,7 +181,7 @@ def test_retune_reason(pin, digest, running, force, reason):
     fp = copy.deepcopy(FP)
     if digest != "H":
         fp["versions"]["driver"] = "580.2"
-    assert kv_tune_start.retune_reason(pin, fp, digest, running, force) == reason
+    assert fingerprint.retune_reason(pin, fp, digest, running, force) == reason
 
 
 def test_unchanged_line():
