@@ -223,9 +223,9 @@ sim: venv
 # Three workers, one test file each at a time (the files' hosts have their own prefixes; simhosts serialises the
 # host changes): the hosts wait on Ansible and the simulator more than on the CPU (two files side by side left 38% of
 # 2 cores idle, vmstat). The longest files first (tests/simhosts/conftest.py, FILE_SECONDS), in that order rather
-# than pytest-xdist's by number of tests.
+# than pytest-xdist's by number of tests. Every test's time: .tmp/simhosts-junit.xml.
 simhosts: venv wheelhouse
-	$(BIN)/pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 tests/simhosts
+	$(BIN)/pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 --junitxml=.tmp/simhosts-junit.xml tests/simhosts
 
 # Roles on simulated hosts: create, converge, idempotence, testinfra verify, destroy.
 molecule: venv wheelhouse
