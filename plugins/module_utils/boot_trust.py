@@ -155,6 +155,22 @@ def unlisted_bytes(gpu):
     return max(0, used - sum(proc.get("used_memory_bytes") or 0 for proc in gpu.get("compute_processes") or []))
 
 
+def needs_second_read(gpus):
+    """Whether a look at the GPUs (gpu_probe's dicts) shows memory no process was listed for on any GPU: read them
+    again (:func:`settled_read`) before it counts."""
+    return any((unlisted_bytes(gpu) or 0) > WATCH_SLACK_GIB * GIB for gpu in gpus)
+
+
+def settled_read(first, second):
+    """One look from two reads of the GPUs, per GPU the read with the less memory no process was listed for: a
+    process that exits between the totals and the process list of a read (a server that fails as it starts) leaves
+    memory no process holds in that read alone. What another container holds is in both. The watches need two
+    samples in a row for the same reason (:func:`add_sample`)."""
+    again = {gpu.get("index"): gpu for gpu in second}
+    return [min((gpu, again.get(gpu.get("index"), gpu)), key=lambda read: unlisted_bytes(read) or 0)
+            for gpu in first]
+
+
 def add_sample(seen, gpus, indices, server_pids):
     """Fold one GPU sample (gpu_probe's dicts, with compute_processes) into ``seen``: per GPU of ``indices``, the
     least and most bytes that processes outside ``server_pids`` held, and those processes; and the least and most

@@ -362,7 +362,8 @@ class UnitRun(NodeSteps):
                 reverted = yield from self._trial("reverted")
                 ready = yield self._ready(reverted.get("invocation_id"))
                 if not ready["ready"]:
-                    safe = yield from self._after_a_failed_start(info, ready)
+                    # By the start the revert made: systemd may have begun another since, with nothing in its log.
+                    safe = yield from self._after_a_failed_start(info, ready, reverted.get("invocation_id"))
                     break
             info = yield self._fingerprint()
         if safe is None:
