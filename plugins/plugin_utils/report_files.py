@@ -2,12 +2,15 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Controller-side: what the fleet summaries (kv_tune_summary, rollout_summary) share - the hosts' registered
-results, which hosts have not had their turn yet, the summary file, and where reports go by default."""
+results, which hosts have not had their turn yet, the summary file, and where reports go by default; and the files
+of one host's tune (kv_tune_report)."""
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+
+import yaml
 
 from ansible.errors import AnsibleActionFail
 
@@ -58,12 +61,50 @@ def write_if_changed(path, text, check_mode=False):
         return True
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o755, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=directory, prefix=".summary.")
+    handle, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
     with os.fdopen(handle, "w", encoding="utf-8") as out:
         out.write(text)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return True
+
+
+HOST_VARS_HEADER = "---\n# Written by llmserve.sglang.kv_tune; the host's drop-ins and fact are authoritative.\n"
+
+
+def tune_report_files(items, report_dir, host_vars_dir="", host_dir=None):
+    """[(path, text)] of one host's kv_tune reports (kv_tune_units.report_items): <name>.json and <name>.md in
+    ``report_dir``; with ``host_vars_dir``, the pins of the units tuned to a new value in
+    ``host_vars_dir``/``host_dir``/kv_tune.yml (``host_dir``: the host's name, checked to name one directory)."""
+    files = []
+    for item in items:
+        files.append((os.path.join(report_dir, item["name"] + ".json"),
+                      json.dumps(item["result"], indent=4, sort_keys=True) + "\n"))
+        files.append((os.path.join(report_dir, item["name"] + ".md"), item.get("report") or ""))
+    pinned = [item for item in items if item["status"] == "tuned"]
+    if host_vars_dir and pinned:
+        entries = {}
+        for item in pinned:
+            result = item["result"]
+            entries[item["unit"]] = {"mem_fraction_static": result["after"]["mem_fraction_static"],
+                                     "tokens": result["after"]["tokens"],
+                                     "fingerprint_hash": result.get("fingerprint_hash"), "tuned_at": result.get("time")}
+        text = HOST_VARS_HEADER + yaml.safe_dump({"kv_tune_pinned": entries}, default_flow_style=False,
+                                                 sort_keys=False)
+        files.append((os.path.join(host_vars_dir, host_dir, "kv_tune.yml"), text))
+    return files
+
+
+def write_files(files, check_mode=False):
+    """write_if_changed for each (path, text); the paths written (that would be written)."""
+    written = []
+    for path, text in files:
+        try:
+            if write_if_changed(path, text, check_mode):
+                written.append(path)
+        except OSError as exc:
+            raise AnsibleActionFail("cannot write %s: %s" % (path, exc))
+    return written
 
 
 def workflow_stats(rows, report_dir, failed, **more):
