@@ -225,6 +225,18 @@ def _alive(base_url: str, api_key: str | None, timeout: float) -> bool:
         return False
 
 
+# A sample through nvidia-smi starts processes (one or two, tens to hundreds of ms of a CPU core each on an 8-GPU
+# host, where NVML answers in-process in about a millisecond): the sampler waits at least this many times as long as
+# a sample took, so it spends at most a fifth of its time sampling and takes no core from the server it measures.
+SAMPLE_WAIT_FACTOR = 4
+
+
+def sample_wait(interval, took):
+    """Seconds to wait before the next sample: the rest of ``interval``, and never less than SAMPLE_WAIT_FACTOR
+    times what the sample took (``took``)."""
+    return max(0.0, interval - took, SAMPLE_WAIT_FACTOR * took)
+
+
 class _Sampler(threading.Thread):
     """Calls probe() every interval (GPU lists kept) and polls /get_load for the tokens held, until stopped."""
 
@@ -253,7 +265,7 @@ class _Sampler(threading.Thread):
         while not self.stopped.is_set():
             started = time.time()
             self.sample_once()
-            self.stopped.wait(max(0.0, self.interval - (time.time() - started)))
+            self.stopped.wait(sample_wait(self.interval, time.time() - started))
 
 
 def _one_request(base_url, plan, rng_seed, api_key, timeout):

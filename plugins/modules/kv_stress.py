@@ -69,7 +69,11 @@ options:
     type: float
     default: 120
   sample_interval:
-    description: Seconds between GPU memory samples.
+    description:
+      - Seconds between GPU memory samples.
+      - Longer where a sample takes more than a fifth of it, as through nvidia-smi, which starts a process or two per
+        sample. The sampler then waits four times what a sample took, and so never takes more than a fifth of a CPU
+        core from the server under load. NVML's samples take about a millisecond.
     type: float
     default: 0.1
   seed:

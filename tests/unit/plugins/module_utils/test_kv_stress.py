@@ -17,6 +17,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import (
     merge_runs,
     min_free_per_gpu,
     plan_requests,
+    sample_wait,
     server_limits,
     summarize_run,
 )
@@ -152,3 +153,14 @@ def test_servers_loaded_at_once_hold_only_together():
     assert one["failure_reason"] == ("http://127.0.0.1:30002, loaded at the same time on the same GPUs: the server "
                                      "died under load")
     assert main["held"] and "also" not in main    # not changed in place
+
+
+@pytest.mark.parametrize("interval, took, wait", [
+    (0.1, 0.002, 0.098),    # NVML: the interval
+    (0.1, 0.08, 0.32),      # nvidia-smi, two processes per sample: four times what the sample took
+    (0.1, 0.3, 1.2),        # a slow nvidia-smi on a busy host
+    (2.0, 0.3, 1.7),        # an interval longer than that: the interval
+])
+def test_the_sampler_spends_at_most_a_fifth_of_its_time_sampling(interval, took, wait):
+    assert sample_wait(interval, took) == pytest.approx(wait)
+    assert took / (took + sample_wait(interval, took)) <= 0.2 + 1e-9
