@@ -150,22 +150,6 @@ def test_hang_at_startup_times_out_and_keeps_the_last_known_good(fleet, tmp_path
         set_faults(FIELD)
 
 
-def test_a_start_below_the_lowest_viable_value_is_not_restarted_into(fleet, tmp_path):
-    """kv_tune_start 0.75 lies below what leaves the field server a pool (1 - A/P of its running boot, about 0.77).
-    Before issue 20 the tuner restarted into it (an init OOM), then raised the value until it held: restarts where
-    none is needed. Now it says so and measures the running value in place (the init OOM path itself: the unit cases
-    of test_kv_search.yaml and tests/sim/test_search_vs_oracle.py)."""
-    running = running_fraction(FIELD)
-    run = tune(fleet, tmp_path, limit=FIELD, kv_tune_force=True, kv_tune_start=0.75)
-    assert run.status == "successful", run.stdout[-8000:]
-    assert "kv_tune_start 0.750 lies below the lowest value that gives sglang.service a pool here" in run.stdout
-    result = report(tmp_path, FIELD)
-    first = result["trials"][0]
-    assert not first["restart"] and first["f"] == pytest.approx(running), result["trials"]
-    assert result["status"] == "tuned" and result["after"]["mem_fraction_static"] > 0.88
-    assert running_fraction(FIELD) == pytest.approx(result["after"]["mem_fraction_static"])
-
-
 def test_an_unreachable_host_is_reported_and_the_others_proceed(fleet, tmp_path):
     inventory = tmp_path / "inventory"
     shutil.copytree(fleet / "group_vars", inventory / "group_vars")
