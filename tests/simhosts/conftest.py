@@ -17,15 +17,15 @@ from simhost_lib import cannot_run_nspawn, in_ci
 
 _FILE = Path(__file__).resolve().parents[2] / ".tmp" / "simhosts-measured.txt"
 
-# Seconds each file takes (setup + calls + teardown, `pytest -n 2 --dist loadfile --durations=0` on the 2-core
-# machine, 2026-12-05: 18 min 24 s in all, less the tests cut since and plus those added). The files run longest
+# Seconds each file takes (setup + calls + teardown: `make simhosts`' .tmp/simhosts-junit.xml on the 2-core machine,
+# 2026-12-06, three workers, 68 min of test time in all, less the tests cut since). The files run longest
 # first, so that the workers end together (`make simhosts` passes --no-loadscope-reorder, else pytest-xdist
 # orders the files by their number of tests); a file not listed runs last.
 FILE_SECONDS = {
-    "test_tune_kv_faults_on_simhost.py": 432, "test_multinode_on_simhost.py": 430, "test_rollout_on_simhost.py": 365,
-    "test_tune_kv_on_simhost.py": 262, "test_kv_watch_on_simhost.py": 245, "test_units_on_simhost.py": 167,
-    "test_fleet_on_simhost.py": 130, "test_hybrid_on_simhost.py": 101, "test_site_on_simhost.py": 98,
-    "test_collection_on_simhost.py": 17, "test_simhosts.py": 14,
+    "test_rollout_on_simhost.py": 704, "test_tune_kv_faults_on_simhost.py": 575, "test_multinode_on_simhost.py": 493,
+    "test_tune_kv_on_simhost.py": 479, "test_kv_watch_on_simhost.py": 359, "test_units_on_simhost.py": 345,
+    "test_site_on_simhost.py": 307, "test_hybrid_on_simhost.py": 300, "test_fleet_on_simhost.py": 268,
+    "test_collection_on_simhost.py": 42, "test_simhosts.py": 22,
 }
 
 
