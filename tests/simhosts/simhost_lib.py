@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import ansible_runner
@@ -294,6 +295,30 @@ def ssh(host: str, command: str, stdin: str | None = None, check: bool = True) -
                           check=False)
     assert proc.returncode == 0 or not check, f"{host}: {command}: {proc.stdout}{proc.stderr}"
     return proc.stdout
+
+
+def address(host: str) -> str:
+    """The host's address (the tool's state file)."""
+    return json.loads((STATE_DIR / "state.json").read_text(encoding="utf-8"))["hosts"][host]["address"]
+
+
+def generates(host: str, port: int = 30000, timeout: float = 60, unit: str = "sglang.service") -> bool:
+    """Whether the host's server runs and answers a real generation (POST /generate, one new token) within
+    ``timeout`` seconds: straight from the test process, where a play of sglang_ready costs a few seconds of the
+    controller's CPU (the tests' checks; the role and the tuner prove readiness with sglang_ready themselves)."""
+    body = json.dumps({"text": "ready?", "sampling_params": {"max_new_tokens": 1}}).encode()
+
+    def answers() -> bool:
+        if ssh(host, f"systemctl is-active {unit}", check=False).strip() != "active":
+            return False
+        request = urllib.request.Request(f"http://{address(host)}:{port}/generate", data=body,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
+    return wait_for(answers, timeout, step=1)
 
 
 def ansible_journal(host: str) -> str:

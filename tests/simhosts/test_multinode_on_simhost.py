@@ -297,12 +297,10 @@ def test_memory_taken_on_the_other_node_while_each_start_loads_pins_nothing(serv
 
 
 @pytest.mark.parametrize("signum, phase, load_s, after_s, confirm_s", [
-    (signal.SIGKILL, "load", 12, 2, 1800),
     (signal.SIGKILL, "load", 40, 8, 600),     # issue 32, item 5: 39 s before, the rest of the load and the watch
     (signal.SIGKILL, "start", 40, 3, 600),
     (signal.SIGINT, "load", 40, 8, 600),      # forwarded to the workers, whose Ansible handler ended them at once
-], ids=["killed-2s-into-a-12s-load", "killed-8s-into-a-40s-load", "killed-3s-into-the-start",
-        "interrupted-8s-into-a-40s-load"])
+], ids=["killed-8s-into-a-40s-load", "killed-3s-into-the-start", "interrupted-8s-into-a-40s-load"])
 def test_the_controller_killed_during_a_two_node_trial_reverts_both_nodes_at_once(server, tmp_path, measured, signum,
                                                                                   phase, load_s, after_s, confirm_s):
     """Fault: ansible-playbook killed (its workers live on) or interrupted while node 0 drives a trial's load, or

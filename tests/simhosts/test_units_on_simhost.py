@@ -24,7 +24,8 @@ import signal
 import pytest
 
 import simhost_lib
-from simhost_lib import controller, deployed, invocation, play, running_fraction, ssh, wait_for, write_host_vars
+from simhost_lib import (controller, deployed, generates, invocation, play, running_fraction, ssh, wait_for,
+                         write_host_vars)
 
 PREFIX = "simunits"
 HOST = f"{PREFIX}1"
@@ -60,11 +61,9 @@ def on_shared(inventory, task: dict) -> dict:
     return run.results["result"]["out"]
 
 
-def serving(inventory, unit: str, url: str) -> bool:
+def serving(_inventory, unit: str, url: str) -> bool:
     """The unit runs (after systemd's restart of a server that died: RestartSec) and answers a generation."""
-    ssh(SHARED, f"for i in $(seq 120); do systemctl is-active --quiet {unit} && break; sleep 1; done")
-    return on_shared(inventory, {"name": "ready", "llmserve.sglang.sglang_ready": {
-        "url": url, "unit": unit, "timeout": 120, "interval": 1}, "failed_when": False}).get("ready", False)
+    return generates(SHARED, port=int(url.rsplit(":", 1)[1]), timeout=120, unit=unit)
 
 
 def load(inventory, urls: list) -> dict:
