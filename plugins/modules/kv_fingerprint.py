@@ -621,13 +621,14 @@ def describe(module, fp_reader, state, argv, started, pid):
     def run_command(command):
         return module.run_command(command, environ_update=C_LOCALE)
 
-    try:
-        gpus = probe(run_command=run_command, nvidia_smi=module.params["nvidia_smi"], prefer=module.params["prefer"],
+    def read_gpus():
+        return probe(run_command=run_command, nvidia_smi=module.params["nvidia_smi"], prefer=module.params["prefer"],
                      which=module.get_bin_path)
-        if boot_trust.needs_second_read(gpus["gpus"]):
-            again = probe(run_command=run_command, nvidia_smi=module.params["nvidia_smi"],
-                          prefer=module.params["prefer"], which=module.get_bin_path)
-            gpus["gpus"] = boot_trust.settled_read(gpus["gpus"], again["gpus"])
+
+    try:
+        gpus = read_gpus()
+        if boot_trust.needs_second_read(gpus["gpus"]):   # once more: a process may have exited between the reads
+            gpus["gpus"] = boot_trust.settled_read(gpus["gpus"], read_gpus()["gpus"])
         fp = fingerprint(gpus["gpus"], gpus["driver_version"], gpus["cuda_driver_version"], version, model_path,
                          config_text=config_text, model_revision=module.params["model_revision"], server_args=args,
                          draft_config_text=draft_text)

@@ -42,10 +42,7 @@ def pending_hosts(task_vars, hosts, later=()):
 
 def write_summary(path, rows, check_mode=False):
     """The rows as JSON in ``path``, unless it holds them already; whether it wrote (would write)."""
-    try:
-        return write_if_changed(path, json.dumps(rows, indent=4, sort_keys=True) + "\n", check_mode)
-    except OSError as exc:
-        raise AnsibleActionFail("cannot write %s: %s" % (path, exc))
+    return bool(write_files([(path, json.dumps(rows, indent=4, sort_keys=True) + "\n")], check_mode))
 
 
 def write_if_changed(path, text, check_mode=False):
