@@ -264,13 +264,18 @@ def wait_for(condition, timeout: float, step: float = 0.5) -> bool:
 _MUX_DIR: list[str] = []
 
 
+def _host_entry(host: str) -> dict:
+    """The host's entry in the tool's state file (its address, its boot's pid)."""
+    entry = json.loads((STATE_DIR / "state.json").read_text(encoding="utf-8"))["hosts"].get(host)
+    assert entry and entry.get("address"), f"no simulated host {host!r} in {STATE_DIR / 'state.json'}"
+    return entry
+
+
 def _ssh_argv(host: str) -> list[str]:
     """ssh to a simulated host as `simhosts.py ssh HOST` does (its key and options, its address from the state file),
     through one master connection per host and boot (OpenSSH ControlMaster): a test's many probes of a host cost
     one ssh handshake instead of one Python start and handshake each (and the polling loops no CPU to speak of)."""
-    state = json.loads((STATE_DIR / "state.json").read_text(encoding="utf-8"))
-    entry = state["hosts"].get(host)
-    assert entry and entry.get("address"), f"no simulated host {host!r} in {STATE_DIR / 'state.json'}"
+    entry = _host_entry(host)
     if not _MUX_DIR:
         _MUX_DIR.append(tempfile.mkdtemp(prefix="simhosts-ssh-"))
     control = Path(_MUX_DIR[0]) / f"{host}-{entry.get('pid')}"      # a host made again gets a master of its own
@@ -299,7 +304,7 @@ def ssh(host: str, command: str, stdin: str | None = None, check: bool = True) -
 
 def address(host: str) -> str:
     """The host's address (the tool's state file)."""
-    return json.loads((STATE_DIR / "state.json").read_text(encoding="utf-8"))["hosts"][host]["address"]
+    return _host_entry(host)["address"]
 
 
 def generates(host: str, port: int = 30000, timeout: float = 60, unit: str = "sglang.service") -> bool:
