@@ -206,9 +206,11 @@ sanity-core-%: $(CURDIR)/.tmp/venv-core-%/.installed $(CURDIR)/.tmp/core-%-sanit
 	cd $(word 2,$^) && $(call CORE_ENV,$*) ansible-test sanity --venv --python $(PY_VER) --color no \
 	  $(addprefix --test ,$(CORE_SANITY_TESTS))
 # Its units are those of the code that runs on ansible-core's APIs: the modules (AnsibleModule), the action, filter
-# and lookup plugins, plugin_utils. module_utils imports nothing of ansible-core (a test of the tree's imports says
-# so), so its tests give the same verdict on every core: they run on the newest, and on the hosts' oldest Python.
-CORE_UNIT_TESTS = $(filter-out tests/unit/plugins/module_utils/,$(wildcard tests/unit/plugins/*/)) $(wildcard tests/unit/plugins/*.py)
+# and lookup plugins, plugin_utils' own files. module_utils and plugin_utils' rooms (its subfolders) import nothing of
+# ansible-core (tests/unit/plugins/test_pure_rooms.py says so), so their tests give the same verdict on every core:
+# they run on the newest (module_utils' also on the hosts' oldest Python).
+CORE_UNIT_TESTS = $(filter-out tests/unit/plugins/module_utils/ tests/unit/plugins/plugin_utils/,$(wildcard tests/unit/plugins/*/)) \
+  $(wildcard tests/unit/plugins/*.py) $(wildcard tests/unit/plugins/plugin_utils/*.py)
 units-core-%: $(CURDIR)/.tmp/venv-core-%/.installed $(CURDIR)/.tmp/core-%-units/ansible_collections/llmserve/sglang
 	cd $(word 2,$^) && $(call CORE_ENV,$*) ansible-test units --venv --python $(PY_VER) --color no $(CORE_UNIT_TESTS)
 # Every other core's lanes this controller's Python can run (2.20 and later need 3.12 or later).

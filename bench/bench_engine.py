@@ -19,10 +19,10 @@ REPO = benchlib.REPO
 sys.path.insert(0, str(REPO / ".venv" / "collections"))
 
 # pylint: disable=wrong-import-position
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity  # noqa: E402
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import mem_fraction_for_tokens  # noqa: E402
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape  # noqa: E402
-from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_capacity_report import capacity  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_pool import mem_fraction_for_tokens  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_shape import model_shape  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
 FIELD_LOG = FIXTURES / "logs" / "field_kimi_k25_rtx6000_tp8_eagle3.log"

@@ -1,7 +1,7 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Time the fleet's plan of a tuning run from synthetic probes: once for the fleet (kv_fleet_plan.fleet_plan, what
+"""Time the fleet's plan of a tuning run from synthetic probes: once for the fleet (fleet_plan.fleet_plan, what
 roles/kv_tune/tasks/probe.yml runs now) against once per host (what every host did before: the whole fleet's class
 and server plans, keeping its own entry). Pure Python, no Ansible templating; nothing here is asserted.
 
@@ -18,8 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".venv" / "collections"))
 
 # pylint: disable=wrong-import-position
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_multinode, kv_tune_classes  # noqa: E402
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_fleet_plan import fleet_plan  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import multinode
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_tune_classes  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet.fleet_plan import fleet_plan  # noqa: E402
 
 
 def probes_of(count):
@@ -50,8 +51,8 @@ def seconds(call, repeat=3):
 
 def per_host(hosts, probes):
     for host in hosts:
-        kv_multinode.server_plan(probes, hosts).get(host)
-        kv_tune_classes.class_plan_units(probes, hosts)[host]
+        multinode.server_plan(probes, hosts).get(host)
+        class_values.class_plan_units(probes, hosts)[host]
 
 
 def main():

@@ -19,8 +19,8 @@ import benchlib
 sys.path.insert(0, str(benchlib.REPO / ".venv" / "collections"))
 
 # pylint: disable=wrong-import-position
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity  # noqa: E402
-from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_capacity_report import capacity  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log  # noqa: E402
 
 FIXTURES = benchlib.REPO / "tests" / "fixtures"
 

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The KV tuner on the controller (documentation: plugins/modules/kv_tune.py).
 
-This file only performs: module_utils/kv_tune_run.py decides every step of the host's run and this action executes
+This file only performs: plugin_utils/run/unit_run.py decides every step of the host's run and this action executes
 each one (a module call on the host, a line for the operator, a message to the other nodes of a server) and sends
 back what it saw. It keeps only what it must clean up whatever happens: the unit's lock and an armed trial.
 """
@@ -21,9 +21,10 @@ import uuid
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_progress, kv_tune_run
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import progress_lines
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.run import unit_run
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import InvalidInput
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import STRATEGIES
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import STRATEGIES
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout, NodeChannel, NodeLink
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.worker_children import stop_children
@@ -59,16 +60,16 @@ ARGUMENT_SPEC = dict(
 )
 
 
-class ModuleFailed(kv_tune_run.RunFailed):
+class ModuleFailed(unit_run.RunFailed):
     """A module failed on the host; the message is its own."""
 
 
-class ControllerGone(kv_tune_run.RunFailed):
+class ControllerGone(unit_run.RunFailed):
     """ansible-playbook died under this worker (killed): the search must not go on by itself."""
 
 
 # What ends a unit's run with a failed result (its trial reverted); anything else is a bug, raised after the cleanup.
-_EXPECTED = (InvalidInput, kv_tune_run.RunFailed, ChannelTimeout)
+_EXPECTED = (InvalidInput, unit_run.RunFailed, ChannelTimeout)
 
 
 def _now():
@@ -90,7 +91,7 @@ class ActionModule(ActionBase):
         try:
             host = self._vars.get("inventory_hostname", "?")
             with self._signals_end_the_run():
-                return self._drive(kv_tune_run.host_steps(host, args, self._task.check_mode))
+                return self._drive(unit_run.host_steps(host, args, self._task.check_mode))
         except _EXPECTED as exc:
             return {"failed": True, "changed": False, "msg": str(exc)}
         finally:
@@ -146,12 +147,12 @@ class ActionModule(ActionBase):
         node), the lock released, the other nodes of its server released."""
         host = self._vars.get("inventory_hostname", "?")
         held = step["args"].get("run_id")   # rollout.yml's: it holds the lock from before its upgrade
-        run = kv_tune_run.UnitRun(
+        run = unit_run.UnitRun(
             host, step["label"], step["args"], self._task.check_mode, held or uuid.uuid4().hex[:8],
             "%s pid %d" % (socket.gethostname(), self._controller), _now, info=step["info"],
             neighbours=step["neighbours"], tuned=step["tuned"], outcome_of=self._outcome_of, lock_held=bool(held))
         self._armed, self._node_link = False, None
-        self._progress = kv_progress.Progress(run.label, time.monotonic)
+        self._progress = progress_lines.Progress(run.label, time.monotonic)
         try:
             result = self._drive(run.steps(), run)
         except Exception as exc:
@@ -168,9 +169,9 @@ class ActionModule(ActionBase):
         return self._drive(run.finish(result), run)
 
     def _call(self, name, module_args, may_fail):
-        if not kv_tune_run.outlives_controller(name, module_args):
+        if not unit_run.outlives_controller(name, module_args):
             self._check_controller()
-        cut_short = kv_tune_run.cut_short(name, module_args)
+        cut_short = unit_run.cut_short(name, module_args)
         own = name == "kv_trial" and module_args.get("run_id") is not None   # this run's trial of its own unit
         if own and module_args["state"] == "started":
             self._armed = True
@@ -203,7 +204,7 @@ class ActionModule(ActionBase):
     @contextlib.contextmanager
     def _during_call(self, cut_short):
         """While a module call lasts, once a second: the progress line again whenever it is due (a server loading for
-        minutes); and, for a call to ``cut_short`` (kv_tune_run.cut_short), a look whether ansible-playbook is gone.
+        minutes); and, for a call to ``cut_short`` (unit_run.cut_short), a look whether ansible-playbook is gone.
         Then its processes are stopped, so that it returns, and the run ends with the trial reverted at once,
         instead of after a load or a watch that nobody will judge."""
         progress, done = self._progress, threading.Event()

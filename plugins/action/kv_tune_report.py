@@ -12,7 +12,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import report_items
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units import report_items
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import tune_report_files, write_files
 

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The fleet summary of a KV tuning run, on the controller (documentation: plugins/modules/kv_tune_summary.py).
 
-The rows are module_utils/kv_tune.py's summary_rows; this file reads the hosts' registered results and writes
+The rows are plugin_utils/tuner/tuner.py's summary_rows; this file reads the hosts' registered results and writes
 summary.json on the controller itself (no module process: a no-op run of tune_kv.yml stays cheap).
 """
 from __future__ import annotations
@@ -13,13 +13,13 @@ import os
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_lines import (
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.report_lines import (
     failed_row,
     restarts_line,
     restarts_total,
     summary_rows,
 )
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import expand_units
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units import expand_units
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
     handed_on,
     host_vars_warning,

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The fleet summary of a rollout, on the controller (documentation: plugins/modules/rollout_summary.py).
 
-The rows are module_utils/rollout.py's summary_rows; this file reads the hosts' recorded outcomes and writes
+The rows are plugin_utils/fleet/rollout.py's summary_rows; this file reads the hosts' recorded outcomes and writes
 rollout_summary.json on the controller itself.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.rollout import failed_row, summary_rows
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet.rollout import failed_row, summary_rows
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import (
     handed_on,
     pending_hosts,

@@ -81,9 +81,9 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_cell import cell_size_bytes
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import KvModelError
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_cell import cell_size_bytes
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_shape import model_shape
 
 
 def kv_cell_size(config, tp_size=1, dp_size=1, enable_dp_attention=False, kv_cache_dtype="auto",

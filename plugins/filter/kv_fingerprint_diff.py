@@ -39,7 +39,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import fingerprint_diff
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.fingerprint import fingerprint_diff
 
 
 def kv_fingerprint_diff(old, new):

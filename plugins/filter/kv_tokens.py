@@ -83,8 +83,8 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import kv_budget_gib, max_total_num_tokens
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import KvModelError
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_pool import kv_budget_gib, max_total_num_tokens
 
 
 def kv_tokens(cell, pre_load_free_gib, post_load_free_gib, mem_fraction_static, page_size=1, max_total_tokens=None,

@@ -56,7 +56,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_classes import class_plan_units
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.class_values import class_plan_units
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import flag
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import registered_outcomes
 

@@ -65,14 +65,14 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_fleet_plan import fleet_plan
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet.fleet_plan import fleet_plan
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import flag
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import registered_outcomes
 
 
 def kv_tune_fleet_plan(hostvars, hosts, strategy="per_host", force=False, probe_var="kv_tune_probe"):
     """{hosts, groups, memberships, errors, classes, servers} from what each host of ``hosts`` registered when
-    kv_tune was asked in check mode (module_utils/kv_fleet_plan.py)."""
+    kv_tune was asked in check mode (plugin_utils/fleet/fleet_plan.py)."""
     if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
         raise AnsibleFilterError("kv_tune_fleet_plan expects a list of hosts, got %s" % type(hosts).__name__)
     hosts = [str(host) for host in hosts]

@@ -41,7 +41,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import report_items
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units import report_items
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 

@@ -48,7 +48,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_multinode import server_plan
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet.multinode import server_plan
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.report_files import registered_outcomes
 
 

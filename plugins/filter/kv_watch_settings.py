@@ -49,7 +49,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_watch import WatchError, check_settings
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch.kv_watch import WatchError, check_settings
 
 
 def kv_watch_settings(settings, prefix=""):

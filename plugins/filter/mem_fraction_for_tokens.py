@@ -63,8 +63,8 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_pool import mem_fraction_for_tokens
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import KvModelError
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_pool import mem_fraction_for_tokens
 
 
 def kv_mem_fraction_for_tokens(target_tokens, cell, pre_load_free_gib, post_load_free_gib, page_size=1,

@@ -55,12 +55,12 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import rollout
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import rollout
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 
 def rollout_check_inputs(hosts, hostvars, playbook_dir):
-    """Every host's rollout inputs checked (module_utils/rollout.py check_inputs); raises with each bad one."""
+    """Every host's rollout inputs checked (plugin_utils/fleet/rollout.py check_inputs); raises with each bad one."""
     values = {}
     for host in plain(hosts):
         own = hostvars[host]

@@ -61,7 +61,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import rollout
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import rollout
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 

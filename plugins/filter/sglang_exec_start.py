@@ -62,8 +62,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import command_line
-from ansible_collections.llmserve.sglang.plugins.module_utils.command_line import CommandLineError
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.unit_files import command_line
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.unit_files.command_line import CommandLineError
 
 
 def sglang_exec_start(value, command=None):

@@ -40,7 +40,7 @@ _value:
 """
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.service_units import api_key_exposure
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.unit_files.service_units import api_key_exposure
 
 
 def sglang_service_api_key_exposure(mounts, api_key_set):

@@ -40,7 +40,7 @@ _value:
 """
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import redact_text
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.server_args import redact_text
 
 
 def sglang_service_redact(text, secrets):

@@ -41,7 +41,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.service_units import ServiceUnitsError, unit_names
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.unit_files.service_units import ServiceUnitsError, unit_names
 
 
 def sglang_service_unit_names(instances, name="sglang"):

@@ -136,7 +136,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.service_units import ServiceUnitsError, compose
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.unit_files.service_units import ServiceUnitsError, compose
 
 
 def sglang_service_units(server_args, instances=None, name="sglang", env_dir="/etc/sglang", command=None,

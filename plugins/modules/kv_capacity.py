@@ -456,22 +456,22 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import host_files
-from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings
+from ansible_collections.llmserve.sglang.plugins.module_utils.host import host_files
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.boot_trust import findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import parse_bool, parse_number
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
-from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import SIZING_VARIABLES
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_defaults import default_for_server_args
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape
-from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import SystemctlError, unit_properties
-from ansible_collections.llmserve.sglang.plugins.module_utils.model_config import (
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import KvModelError
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_capacity_report import capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.server_args import SIZING_VARIABLES
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_defaults import default_for_server_args
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_shape import model_shape
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import SystemctlError, unit_properties
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.model_config import (
     MAX_CONFIG_BYTES, load_checkpoint_size, load_model_config)
-from ansible_collections.llmserve.sglang.plugins.module_utils.server_args import (
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.server_args import (
     MEMORY_ARGS, STATE_POOL_ARGS, canonical, mem_fraction_static, normalise)
 
 # option -> its default when neither the options nor startup_facts give it. A value comes from the explicit option,
-# else startup_facts.server_args, else the top level of startup_facts, typed the way module_utils/server_args.py
+# else startup_facts.server_args, else the top level of startup_facts, typed the way module_utils/service/server_args.py
 # reads SGLang's arguments. mem_fraction_static has its own order (merge_inputs).
 MERGED = {
     "pre_load_free_gib": None, "post_load_free_gib": None, "tp_size": 1, "dp_size": 1,

@@ -331,14 +331,17 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import boot_trust, host_files, kv_pin, kv_watch, server_args as sa
-from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import (
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup import boot_trust
+from ansible_collections.llmserve.sglang.plugins.module_utils.host import host_files
+from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin, server_args as sa
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.fingerprint import (
     FingerprintError, fingerprint, fingerprint_hash, retune_reason)
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import control_group
-from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_watch import control_group
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_journal, unit_properties)
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_units import configured_gpus
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units import configured_gpus
 
 _UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart", "User",
                     "ControlGroup", "Environment", "EnvironmentFiles"]

@@ -248,10 +248,10 @@ import threading
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import PREFER_CHOICES, free_memory_sampler
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import start_watch
-from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import KvStressError, merge_runs, run_stress
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import PREFER_CHOICES, free_memory_sampler
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_watch import start_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import C_LOCALE
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.kv_stress import KvStressError, merge_runs, run_stress
 
 
 def build_module() -> AnsibleModule:

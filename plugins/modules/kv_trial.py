@@ -175,8 +175,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin
-from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import (
+from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_properties)
 
 

@@ -13,7 +13,7 @@ author:
 description:
   - An action plugin that runs the whole per-unit search on the controller and calls the collection's modules on
     the host, as M(ansible.builtin.reboot) does; the P(llmserve.sglang.kv_tune#role) role and
-    C(playbooks/tune_kv.yml) call it. Every decision comes from the collection's C(module_utils/kv_tune_run.py)
+    C(playbooks/tune_kv.yml) call it. Every decision comes from the collection's C(plugin_utils/run/unit_run.py)
     and the C(kv_tune_*) files beside it.
   - First, one call of M(llmserve.sglang.kv_fingerprint) - when the fingerprint and the running value are the pinned
     ones, nothing else happens (RV(status=unchanged), no restart).

@@ -130,8 +130,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin, kv_watch
-from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import C_LOCALE, parse_show, unit_journal
+from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import C_LOCALE, parse_show, unit_journal
 
 PIN_KEYS = ("mem_fraction_static", "tokens", "time", "settings")
 

@@ -150,9 +150,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import PREFER_CHOICES
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_watch import start_watch
-from ansible_collections.llmserve.sglang.plugins.module_utils.host_commands import SystemctlError, unit_properties
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import PREFER_CHOICES
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_watch import start_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import SystemctlError, unit_properties
 
 
 def unit_state(module, unit):

@@ -366,8 +366,8 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import findings
-from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import (
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.boot_trust import findings
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import (
     StartupLogError,
     parse_startup_log,
 )

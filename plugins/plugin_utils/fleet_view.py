@@ -5,7 +5,7 @@
 
 The command (package cli/, console script llmserve-fleet) runs tune_kv.yml, rollout.yml or site.yml through
 ansible-runner and reads its event stream: the tasks each host starts, the tuner's progress lines
-(module_utils/kv_progress.py) and trial lines, each host's result, and at the end what the run handed on with
+(plugin_utils/tuner/progress_lines.py) and trial lines, each host's result, and at the end what the run handed on with
 set_stats. On a terminal the table is redrawn in place; otherwise a plain line is printed whenever a host's row
 changes. At the end it writes the fleet report (Markdown, JSON, PNG) and exits non-zero, naming them, when a host
 failed or was left on its last-known-good value. Ctrl-C stops ansible-playbook; the hosts caught in a trial go back
@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_progress import parse_line, value_text
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.progress_lines import parse_line, value_text
 
 PLAYBOOKS = {"tune": "llmserve.sglang.tune_kv", "rollout": "llmserve.sglang.rollout", "site": "llmserve.sglang.site"}
 # What a task of the playbooks puts a host in, before the tuner's own progress lines say more.

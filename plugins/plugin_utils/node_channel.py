@@ -71,7 +71,7 @@ class NodeChannel:
 
 
 class NodeLink:
-    """One node's side of a server's search: performs the ``{"nodes": kind}`` steps of module_utils/kv_tune_run.py.
+    """One node's side of a server's search: performs the ``{"nodes": kind}`` steps of plugin_utils/run/unit_run.py.
 
     Node 0: ``join`` (wait for the others' hellos; answers them as a list), ``tell`` (post the next step, numbered
     here; answers its number), ``answers`` (wait for every other node's answer to a step; a list). The others:

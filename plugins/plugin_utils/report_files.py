@@ -70,7 +70,7 @@ HOST_VARS_HEADER = "---\n# Written by llmserve.sglang.kv_tune; the host's drop-i
 
 
 def tune_report_files(items, report_dir, host_vars_dir="", host_dir=None):
-    """[(path, text)] of one host's kv_tune reports (kv_tune_units.report_items): <name>.json and <name>.md in
+    """[(path, text)] of one host's kv_tune reports (host_units.report_items): <name>.json and <name>.md in
     ``report_dir``; with ``host_vars_dir``, the pins of the units tuned to a new value in
     ``host_vars_dir``/``host_dir``/kv_tune.yml (``host_dir``: the host's name, checked to name one directory)."""
     files = []

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The child processes of an Ansible worker, on the controller: what runs a module call in progress (the connection's
 ssh client, or the module itself on a local connection), which the kv_tune action stops to cut that call short once
-ansible-playbook is gone (module_utils/kv_tune_run.py's outlives_controller decides which calls)."""
+ansible-playbook is gone (plugin_utils/run/unit_run.py's outlives_controller decides which calls)."""
 from __future__ import annotations
 
 import os

@@ -20,14 +20,14 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from conftest import REPO, _collections_path
 
 sys.path.insert(0, _collections_path())
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_settings import BOUNDS  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import BOUNDS  # noqa: E402
 
 AWX = REPO / "docs" / "awx"
 PLAYBOOK = REPO / "playbooks" / "tune_kv.yml"
 # The controller's question types and the Python type of a default of each (JobTemplateSurveySpec.ALLOWED_TYPES).
 SURVEY_TYPES = {"text": str, "textarea": str, "password": str, "multiplechoice": str, "multiselect": str,
                 "integer": int, "float": float}
-# What the tuner itself holds class_margin_steps to (kv_tune_settings.check_settings), beside BOUNDS.
+# What the tuner itself holds class_margin_steps to (run_settings.check_settings), beside BOUNDS.
 EXTRA_BOUNDS = {"class_margin_steps": (0, 20)}
 
 

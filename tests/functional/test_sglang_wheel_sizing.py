@@ -26,11 +26,11 @@ from conftest import FIXTURES, _collections_path
 from sglang_wheels import Obj, Stub, element_size_torch, functions, load, source
 
 sys.path.insert(0, _collections_path())
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_base import KvModelError  # noqa: E402
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity  # noqa: E402
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_cell import resolve_kv_cache_dtype  # noqa: E402
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_shape import model_shape  # noqa: E402
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_versions import compare_versions  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import KvModelError  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_capacity_report import capacity  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_cell import resolve_kv_cache_dtype  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_shape import model_shape  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_versions import compare_versions  # noqa: E402
 
 GIB = 1 << 30
 # Shaped like gpt-oss-120b: 36 layers alternating sliding/full, 8 KV heads of 64, window 128, bf16.

@@ -25,7 +25,7 @@ import pytest
 
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 
 if simlib.SIM_SRC not in sys.path:
     sys.path.insert(0, simlib.SIM_SRC)

@@ -9,8 +9,8 @@ import time
 import pytest
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import probe_nvidia_smi
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_stress import KvStressError, run_stress
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.kv_stress import KvStressError, run_stress
 
 
 def _sampler(sim):

@@ -11,10 +11,10 @@ import time
 import pytest
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import probe_nvidia_smi
-from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 
 # The field pool holds ~159k tokens: 24 prompts of 9,000 tokens (each one more than a prefill chunk) fill it, and the
 # rest wait in the queue until running requests finish.

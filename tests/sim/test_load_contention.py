@@ -19,12 +19,12 @@ import pytest
 
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_capacity_report
-from ansible_collections.llmserve.sglang.plugins.module_utils import server_args as product_args
-from ansible_collections.llmserve.sglang.plugins.module_utils.boot_trust import pool_findings
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import probe_nvidia_smi
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_tune_model import pool_residual_gib
-from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_capacity_report
+from ansible_collections.llmserve.sglang.plugins.module_utils.service import server_args as product_args
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.boot_trust import pool_findings
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.pool_model import pool_residual_gib
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 
 if simlib.SIM_SRC not in sys.path:
     sys.path.insert(0, simlib.SIM_SRC)

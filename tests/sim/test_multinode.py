@@ -16,8 +16,8 @@ import time
 
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.gpu_probe import probe_nvidia_smi
-from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 
 PROFILE = "h100-llama70b"
 # A full prefill chunk (8,192 tokens, 2.1 GiB of activations): the stress load of this profile.

@@ -24,7 +24,7 @@ import pytest
 
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_search
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
 
 if simlib.SIM_SRC not in sys.path:
     sys.path.insert(0, simlib.SIM_SRC)

@@ -13,8 +13,8 @@ import os
 
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_capacity_report, kv_defaults
-from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_capacity_report, kv_defaults
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 
 FIELD_TOKENS = 159277   # "KV Cache is allocated. #tokens: 159277" in the field (reference/sglang-memory.md)
 

@@ -9,7 +9,7 @@ and run by llmserve-kv-watch-<unit>.service:
 
 Every --interval seconds: the unit's GPUs (NVML, else nvidia-smi), its /metrics and systemd's view of it; at the end
 of each --window, one line of JSON in the state file (at most --keep lines). The logic is the collection's
-module_utils/kv_watch.py, installed beside this script; this file only reads the host.
+module_utils/watch/kv_watch.py, installed beside this script; this file only reads the host.
 """
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ LIBRARY = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, LIBRARY)
 
 # pylint: disable=wrong-import-position
-from ansible_collections.llmserve.sglang.plugins.module_utils import gpu_probe, host_commands, host_files, kv_pin, kv_watch  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.host import gpu_probe, host_commands, host_files
+from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
+from ansible_collections.llmserve.sglang.plugins.module_utils import kv_watch  # noqa: E402
 
 C_LOCALE = dict(os.environ, **host_commands.C_LOCALE)
 

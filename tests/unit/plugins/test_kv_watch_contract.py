@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -17,7 +17,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from ansible_collections.llmserve.sglang.plugins.action.kv_tune import ARGUMENT_SPEC
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_tune_settings
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import run_settings
 
 # The collection root, from this file (tests/unit/plugins/action/): ansible-test runs the units in a copy of it.
 ROOT = Path(__file__).resolve().parents[4]
@@ -176,7 +176,7 @@ def test_the_action_and_the_docs_type_the_option_as_the_role_does(role_name, nam
 
 
 def test_the_strategies_are_the_tuners():
-    assert ROLE_OPTIONS["kv_tune_strategy"]["choices"] == list(kv_tune_settings.STRATEGIES)
+    assert ROLE_OPTIONS["kv_tune_strategy"]["choices"] == list(run_settings.STRATEGIES)
 
 
 # --- defaults ----------------------------------------------------------------------------------------------------
@@ -229,10 +229,10 @@ def test_the_task_passes_each_role_option_as_its_action_option(file_name):
 
 # --- bounds ------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(kv_tune_settings.BOUNDS))
+@pytest.mark.parametrize("name", sorted(run_settings.BOUNDS))
 def test_the_role_and_the_docs_state_the_settings_bounds(name):
     """check_settings is where the ranges are enforced; the role's spec and the module docs must say the same."""
-    low, high = kv_tune_settings.BOUNDS[name][:2]
+    low, high = run_settings.BOUNDS[name][:2]
     words = "(%s to %s)" % (low, high)
     for where, option in (("role", ROLE_OPTIONS[role_option(name)]), ("docs", DOCS[name])):
         description = option["description"]

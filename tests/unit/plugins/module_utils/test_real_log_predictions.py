@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.kv_capacity_report import capacity
-from ansible_collections.llmserve.sglang.plugins.module_utils.startup_log import parse_startup_log
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_capacity_report import capacity
+from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 

@@ -14,8 +14,9 @@ from unittest import mock
 
 import pytest
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import host_files, kv_pin, server_args
-from ansible_collections.llmserve.sglang.plugins.module_utils.fingerprint import fingerprint, fingerprint_hash
+from ansible_collections.llmserve.sglang.plugins.module_utils.host import host_files
+from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin, server_args
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.fingerprint import fingerprint, fingerprint_hash
 from ansible_collections.llmserve.sglang.plugins.modules import kv_fingerprint
 from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthelper
 

@@ -13,7 +13,7 @@ from unittest import mock
 
 import pytest
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_pin
+from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
 from ansible_collections.llmserve.sglang.plugins.modules import kv_trial
 from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthelper
 
