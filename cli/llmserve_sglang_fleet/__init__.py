@@ -15,7 +15,7 @@ def main(argv=None):
 
     init_plugin_loader(constants.COLLECTIONS_PATHS)
     try:
-        from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import fleet_view
+        from ansible_collections.llmserve.sglang.plugins.plugin_utils import fleet_view
     except ImportError as exc:
         sys.stderr.write("llmserve-fleet: the collection llmserve.sglang is not installed where Ansible looks for "
                          "collections (%s): %s\n" % (", ".join(constants.COLLECTIONS_PATHS), exc))

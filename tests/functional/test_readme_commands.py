@@ -150,6 +150,6 @@ import contextlib, io
 from llmserve_sglang_fleet import main
 with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
     main(["--help"])
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import fleet_view
+from ansible_collections.llmserve.sglang.plugins.plugin_utils import fleet_view
 print(fleet_view.__file__)
 """

@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import fleet_view
+from ansible_collections.llmserve.sglang.plugins.plugin_utils import fleet_view
 
 
 class Clock(object):
