@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".venv" / "collections"))
 
 # pylint: disable=wrong-import-position
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import multinode
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_tune_classes  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import multinode  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import class_values  # noqa: E402
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet.fleet_plan import fleet_plan  # noqa: E402
 
 

@@ -3,9 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The KV tuner on the controller (documentation: plugins/modules/kv_tune.py).
 
-This file only performs: plugin_utils/run/unit_run.py decides every step of the host's run and this action executes
-each one (a module call on the host, a line for the operator, a message to the other nodes of a server) and sends
-back what it saw. It keeps only what it must clean up whatever happens: the unit's lock and an armed trial.
+This file only performs: plugin_utils/run/ decides every step of the host's run and this action executes each one (a
+module call on the host, a line for the operator, a message to the other nodes of a server; run/steps.py is the
+protocol) and sends back what it saw. It keeps only what it must clean up whatever happens: the unit's lock and an armed trial.
 """
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ import uuid
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import progress_lines
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.run import unit_run
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import InvalidInput
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import STRATEGIES
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout, NodeChannel, NodeLink
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.run import host as host_run, unit_run
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import progress_lines
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import STRATEGIES
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.worker_children import stop_children
 
 display = Display()
@@ -60,16 +61,16 @@ ARGUMENT_SPEC = dict(
 )
 
 
-class ModuleFailed(unit_run.RunFailed):
+class ModuleFailed(RunFailed):
     """A module failed on the host; the message is its own."""
 
 
-class ControllerGone(unit_run.RunFailed):
+class ControllerGone(RunFailed):
     """ansible-playbook died under this worker (killed): the search must not go on by itself."""
 
 
 # What ends a unit's run with a failed result (its trial reverted); anything else is a bug, raised after the cleanup.
-_EXPECTED = (InvalidInput, unit_run.RunFailed, ChannelTimeout)
+_EXPECTED = (InvalidInput, RunFailed, ChannelTimeout)
 
 
 def _now():
@@ -91,7 +92,7 @@ class ActionModule(ActionBase):
         try:
             host = self._vars.get("inventory_hostname", "?")
             with self._signals_end_the_run():
-                return self._drive(unit_run.host_steps(host, args, self._task.check_mode))
+                return self._drive(host_run.host_steps(host, args, self._task.check_mode))
         except _EXPECTED as exc:
             return {"failed": True, "changed": False, "msg": str(exc)}
         finally:
@@ -169,9 +170,9 @@ class ActionModule(ActionBase):
         return self._drive(run.finish(result), run)
 
     def _call(self, name, module_args, may_fail):
-        if not unit_run.outlives_controller(name, module_args):
+        if not host_run.outlives_controller(name, module_args):
             self._check_controller()
-        cut_short = unit_run.cut_short(name, module_args)
+        cut_short = host_run.cut_short(name, module_args)
         own = name == "kv_trial" and module_args.get("run_id") is not None   # this run's trial of its own unit
         if own and module_args["state"] == "started":
             self._armed = True
@@ -204,7 +205,7 @@ class ActionModule(ActionBase):
     @contextlib.contextmanager
     def _during_call(self, cut_short):
         """While a module call lasts, once a second: the progress line again whenever it is due (a server loading for
-        minutes); and, for a call to ``cut_short`` (unit_run.cut_short), a look whether ansible-playbook is gone.
+        minutes); and, for a call to ``cut_short`` (host_run.cut_short), a look whether ansible-playbook is gone.
         Then its processes are stopped, so that it returns, and the run ends with the trial reverted at once,
         instead of after a load or a watch that nobody will judge."""
         progress, done = self._progress, threading.Event()

@@ -24,7 +24,7 @@ def probes_of(case):
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
 def test_the_fleet_plan(case):
     plan = fleet_plan.fleet_plan(probes_of(case), case["hosts"], strategy=case["strategy"],
-                                    force=case.get("force", False))
+                                 force=case.get("force", False))
     assert plan["groups"] == case["groups"]
     assert plan["memberships"] == [{"host": host, "groups": plan["hosts"][host]["groups"]}
                                    for host in case["hosts"] if plan["hosts"][host]["groups"]]

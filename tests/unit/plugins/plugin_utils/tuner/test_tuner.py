@@ -16,7 +16,6 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.service import fin
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import (
     tuner as tuner_search, class_values, report_lines, pool_model, run_settings, start_value, trials)
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.run import unit_run
 
 CASES = yaml.safe_load((Path(__file__).parent / "test_tuner.yaml").read_text())
 DEFAULT_SETTINGS = {"unit": "sglang.service", "start": None, "cap": 0.98, "resolution": 0.005, "safety_gib": 1.0,
@@ -32,10 +31,10 @@ def make_tuner(spec):
     settings = run_settings.check_settings(dict(DEFAULT_SETTINGS, **spec.get("settings", {})))
     boot = spec.get("boot", dict(BOOT, server_args={"mem_fraction_static": spec["running_value"]}))
     start, _source = start_value.first_value("h1", settings, spec["running_value"], spec.get("verify"),
-                                               safe=spec.get("start"))
+                                             safe=spec.get("start"))
     return tuner_search.Tuner("h1", settings, spec.get("reason", "never tuned"), spec["running_value"], boot, FP, "H",
-                         start, lower_bound=spec.get("lower_bound"), invocation_id=spec.get("invocation_id", "I0"),
-                         verify=spec.get("verify"))
+                              start, lower_bound=spec.get("lower_bound"), invocation_id=spec.get("invocation_id", "I0"),
+                              verify=spec.get("verify"))
 
 
 def observation(raw, step):
@@ -272,7 +271,7 @@ def test_fact_entry_and_report():
 def test_summary_rows():
     result = tuned().result("tuned", "t0", "t1", FP["versions"])
     rows = report_lines.summary_rows({"a": {"status": "tuned", "result": result}, "b": {"status": "unchanged", "pin": PIN},
-                                       "c": None, "d": {"status": "would_tune", "why": "never tuned"}})
+                                      "c": None, "d": {"status": "would_tune", "why": "never tuned"}})
     assert [row["status"] for row in rows] == ["tuned", "unchanged",
                                                "not tuned: failed or unreachable, left on its last-known-good value",
                                                "would be tuned (check mode)"]
@@ -289,7 +288,7 @@ def test_summary_rows_carry_the_watchs_verdict_and_proposal():
     result = tuned().result("tuned", "t0", "t1", FP["versions"])
     near = {"verdict": "near_miss", "retune": "a near miss under real traffic (...): lowering the pin 2 step(s) to 0.9"}
     rows = report_lines.summary_rows({"a": {"status": "unchanged", "pin": PIN, "watch": watch},
-                                       "b": {"status": "tuned", "result": result, "why": near["retune"], "watch": near}})
+                                      "b": {"status": "tuned", "result": result, "why": near["retune"], "watch": near}})
     assert rows[0]["watch"]["verdict"] == "headroom"
     assert rows[0]["line"].endswith("; under real traffic: headroom (proposal: headroom under real traffic (6 steps "
                                     "free): kv_tune_watch_action=act would search from the pin)")
@@ -301,8 +300,8 @@ def test_summary_rows_carry_the_watchs_verdict_and_proposal():
 def test_the_failed_rows_and_the_restarts_a_run_cost():
     result = tuned().result("tuned", "t0", "t1", FP["versions"])
     rows = report_lines.summary_rows({"a": {"status": "tuned", "result": result}, "b": {"status": "unchanged", "pin": PIN},
-                                       "c": None, "d": None, "e": {"status": "no_stable_value", "result": result}},
-                                      pending={"d"})
+                                      "c": None, "d": None, "e": {"status": "no_stable_value", "result": result}},
+                                     pending={"d"})
     assert [row["host"] for row in rows if report_lines.failed_row(row)] == ["c", "e"]
     assert report_lines.restarts_total(rows) == 2 * result["restarts"] > 0
 
@@ -462,8 +461,8 @@ def probe(key, pinned=None, status="would_tune"):
 
 def test_one_canary_per_class_in_inventory_order():
     plan = class_values.class_plan({"a1": probe("A" * 64), "b1": probe("B" * 64), "a2": probe("A" * 64),
-                                       "a3": probe("A" * 64), "x": None, "b2": {"failed": True, "msg": "no unit"}},
-                                      ["a1", "b1", "a2", "a3", "x", "b2"])
+                                    "a3": probe("A" * 64), "x": None, "b2": {"failed": True, "msg": "no unit"}},
+                                   ["a1", "b1", "a2", "a3", "x", "b2"])
     assert {host: entry["role"] for host, entry in plan.items()} == {
         "a1": "canary", "a2": "member", "a3": "member", "b1": "canary", "x": "alone", "b2": "alone"}
     assert plan["a3"]["canary"] == "a1" and plan["a3"]["class"] == "A" * 12 and plan["a1"]["canary"] is None
@@ -534,7 +533,7 @@ def test_the_restarts_each_kind_of_tune_spent():
             {"status": "tuned", "restarts": 1, "search": "verified"}, {"status": "tuned", "restarts": 3, "search": "fallback"},
             {"status": "unchanged", "restarts": 0}, {"status": "not tuned: its batch has not run"}]
     assert report_lines.restarts_line(rows) == ("restarts: 7 in all (failed verifications and searches 3 on 1 host, "
-                                                 "searches 2 on 1 host, verifications 2 on 2 hosts)")
+                                                "searches 2 on 1 host, verifications 2 on 2 hosts)")
     assert report_lines.restarts_line([]) == "restarts: 0 in all"
 
 
@@ -584,24 +583,6 @@ def test_the_gpus_a_unit_is_given_come_from_its_configuration(args, environment,
     assert host_units.configured_gpus(args, environment, UUIDS) == expected
 
 
-def test_a_stopped_neighbour_counts_by_the_gpus_it_is_given():
-    running = {"configured_gpus": None, "gpu_memory": [gpu(0, 5), gpu(1, 5)]}
-    stopped = {"configured_gpus": [1, 2], "gpu_memory": [gpu(0, 0), gpu(1, 0)]}
-    assert unit_run.held_gpus(running) == [0, 1] and unit_run.held_gpus(stopped) == [1, 2]
-    assert unit_run.held_gpus({"configured_gpus": None, "gpu_memory": None}) is None
-    assert [unit_run.gpu_text(gpus) for gpus in ([0, 1, 2, 3, 4, 5, 6, 7], [4, 5], [0, 2, 5])] == [
-        "0-7", "4, 5", "0, 2, 5"]
-
-
-@pytest.mark.parametrize("info, expected", [
-    ({"pin": {"mem_fraction_static": 0.91}, "mem_fraction_static": 0.93, "trial_pending": True}, "0.91"),
-    ({"pin": None, "mem_fraction_static": 0.85, "trial_pending": False}, "0.85"),
-    ({"pin": None, "mem_fraction_static": 0.93, "trial_pending": True}, "(its base unit file's)"),
-    ({"pin": None, "mem_fraction_static": None}, "(its base unit file's)"),
-])
-def test_the_last_known_good_value_of_a_unit_that_does_not_run(info, expected):
-    assert unit_run.lkg_text(info) == expected
-
 
 def test_labels_and_report_names_of_several_units():
     assert host_units.target_label("gpu1", "sglang@a.service") == "gpu1/sglang@a"
@@ -615,13 +596,13 @@ def unit_result(label, status, **extra):
 
 def test_a_host_with_several_units_fails_when_one_unit_does_and_names_it():
     both = host_units.combine_units("h", {"sglang@a.service": unit_result("h/sglang@a", "tuned"),
-                                       "sglang@b.service": unit_result("h/sglang@b", "unchanged")})
+                                          "sglang@b.service": unit_result("h/sglang@b", "unchanged")})
     assert both["status"] == "tuned" and both["changed"] and "msg" not in both
     assert both["line"] == "h/sglang@a: tuned\nh/sglang@b: unchanged"
     same = host_units.combine_units("h", {"a": unit_result("h/a", "unchanged"), "b": unit_result("h/b", "unchanged")})
     assert same["status"] == "unchanged" and not same["changed"]
     one_failed = host_units.combine_units("h", {"a": unit_result("h/a", "tuned"),
-                                             "b": {"failed": True, "msg": "b: boom", "label": "h/b"}})
+                                                "b": {"failed": True, "msg": "b: boom", "label": "h/b"}})
     assert one_failed["status"] == "failed" and one_failed["msg"] == "h: 1 of 2 units not tuned: b: boom"
     unstable = host_units.combine_units("h", {"a": unit_result("h/a", "no_stable_value", msg="h/a: none held")})
     assert unstable["status"] == "no_stable_value"
@@ -649,7 +630,7 @@ def test_summary_and_reports_give_a_row_and_a_report_per_unit():
 def test_the_class_plan_has_an_entry_per_unit_and_units_of_one_host_may_share_a_class():
     several = {"status": "would_tune", "units": {"sglang@a.service": probe("A" * 64), "sglang@b.service": probe("A" * 64)}}
     plan = class_values.class_plan_units({"h": several, "g": dict(probe("A" * 64), unit="sglang.service"),
-                                             "x": None}, ["h", "g", "x"])
+                                          "x": None}, ["h", "g", "x"])
     assert plan["h"]["canary"] and not plan["g"]["canary"] and not plan["x"]["canary"]
     a, b = plan["h"]["units"]["sglang@a.service"], plan["h"]["units"]["sglang@b.service"]
     assert a["role"] == "canary" and b["role"] == "member"
@@ -730,19 +711,3 @@ def test_memory_outside_a_unit_and_its_neighbours():
     neighbour = [gpu(0, 50), gpu(1, 0), gpu(2, 70)]
     assert host_units.outside_bytes(mine, [neighbour]) == {0: 2, 1: 2}
     assert host_units.outside_bytes(mine) == {0: 52, 1: 2} and host_units.outside_bytes(None, [None]) == {}
-
-
-def test_only_what_puts_the_host_back_outlives_the_controller_and_only_waits_are_cut_short():
-    # issue 32, item 5: once ansible-playbook is gone, a call in progress is cut short and no other is made, except
-    # the revert of the trial and the release of the lock, which run to their end
-    assert unit_run.outlives_controller("kv_trial", {"state": "reverted", "run_id": "r1"})
-    assert unit_run.outlives_controller("kv_trial", {"state": "unlocked", "run_id": "r1"})
-    states = ("started", "committed", "prepared", "locked", "disarmed", "reset")
-    calls = [("kv_trial", {"state": state}) for state in states] + [
-        ("kv_stress", {"duration": 40}), ("gpu_info", {"watch": 45}), ("sglang_ready", {"timeout": 1800}),
-        ("kv_fingerprint", {}), ("sglang_startup_facts", {}), ("kv_trial", None)]
-    for name, args in calls:
-        assert not unit_run.outlives_controller(name, args), (name, args)
-        assert unit_run.cut_short(name, args) == (name != "kv_trial"), (name, args)
-    # a kv_trial call finishes on the host whatever happens on the controller: it is never cut short
-    assert not unit_run.cut_short("kv_trial", {"state": "reverted"})
