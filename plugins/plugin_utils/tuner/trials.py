@@ -93,3 +93,32 @@ def readback_error(text, argv_value, log_value):
         return None
     return ("the server did not run the trial's --mem-fraction-static %s: %s. Something else sets the value "
             "(another drop-in, an edited unit?)" % (text, " and ".join(seen)))
+
+
+def not_memory_gib(boot, running_boot, safety_gib):
+    """Free GiB under load above which a crash is not a lack of memory: a tenth of the memory before the weights (the
+    trial's boot's, else the running server's), at least four margins."""
+    p = boot.get("pre_load_free_gib") or running_boot.get("pre_load_free_gib")
+    return max(4 * safety_gib, 0.1 * p) if p else None
+
+
+def above_the_class(min_free_gib, p, settings):
+    """Whether the free memory under load at the verified value leaves room for a value above the class's own
+    (the verified value plus the margin's steps): whole grid steps of P x resolution beyond the safety margin."""
+    if min_free_gib is None or not p:
+        return False
+    spare_steps = int((min_free_gib - settings["safety_gib"]) / (p * settings["resolution"]) + kv_search.TOLERANCE)
+    return spare_steps > settings["class_margin_steps"]
+
+
+def identity_error(step, obs, invocation_id):
+    """Why the server that answered and held the load is not the start the trial ``step`` made (a revert by the
+    host's timer, a restart by anyone), or None; ``invocation_id``: the running server's start (a trial in place)."""
+    wanted = ((obs.get("started") or {}).get("invocation_id") if step["restart"] else invocation_id)
+    seen = [(where, (obs.get(key) or {}).get("invocation_id")) for where, key in (
+        ("the server that answered is", "ready"), ("the unit now runs", "running"))]
+    wrong = ["%s start %s" % (where, value) for where, value in seen if value is not None and value != wanted]
+    if not wrong or wanted is None or restarted_after_its_oom(obs, wanted):
+        return None
+    return ("this trial started %s, but %s: the host reverted it, or something restarted it, so the measurements "
+            "are not this value's" % (wanted, " and ".join(wrong)))

@@ -6,7 +6,8 @@
 :class:`Tuner` answers each observation with the next step: trial (a restart on a value, or the running server
 measured in place), commit (a new best becomes the host's last-known-good), revert (back to the last-known-good), pin
 (the fact), done; and it keeps the records: each trial's row, the result and the fact entry. What a trial was is
-kv_tune_trial's, where the search starts kv_tune_start's, the lines kv_tune_lines'. kv_tune_run drives it.
+trials.py's, where the search starts start_value.py's, its records trial_log.py's. plugin_utils/run/search.py drives
+it.
 
 Steps are dicts: ``{"do": "trial", "n": 2, "value": 0.91, "text": "0.910", "restart": True}``, ``{"do": "commit",
 "value": .., "text": ..}``, ``{"do": "revert", "value": .., "text": .., "why": ..}``, ``{"do": "pin"}`` and ``{"do":
@@ -15,16 +16,18 @@ Steps are dicts: ``{"do": "trial", "n": 2, "value": 0.91, "text": "0.910", "rest
 """
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.fingerprint import fingerprint_diff
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.report_lines import token_count, fraction_text
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.report_lines import fraction_text
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.pool_model import effective_memory
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import TuneError
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.trial_log import FACT_TRIAL_KEYS, TrialLog
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.trials import (
-    classify_trial, growth, oom_deficit_gib, readback_error, restarted_after_its_oom)
+    above_the_class, classify_trial, growth, identity_error, not_memory_gib, oom_deficit_gib, readback_error)
 
-# The trial records written into the host's fact (the report keeps every field).
-FACT_TRIAL_KEYS = ("n", "f", "text", "outcome", "restart", "tokens", "min_free_gib")
+__all__ = ["FACT_TRIAL_KEYS", "Tuner"]
 
 
 class Tuner(object):
@@ -50,6 +53,7 @@ class Tuner(object):
         self.lower_bound = lower_bound
         self.before = {"mem_fraction_static": running_value, "tokens": self.boot.get("max_total_num_tokens"),
                        "text": None if running_value is None else fraction_text(running_value, settings["resolution"])}
+        self.log = TrialLog(host, settings, reason, self.before, fingerprint, fingerprint_hash, start, verify)
         self.lkg = running_value            # the value the host returns to: running at the start, then each commit
         self.invocation_id = invocation_id
         self.verify = verify
@@ -61,7 +65,6 @@ class Tuner(object):
                             "restarted." % (host, settings["safety_gib"], after_weights))
         self.verified = None                # per_class: whether the class's value held (None: not tried)
         self.state = None                   # kv_search's, from the first boot that says P
-        self.trials = []
         self.restarts = 0
         self.error = None
         self.step = None
@@ -104,18 +107,12 @@ class Tuner(object):
             self.restarts += 1
         return step
 
-    def _not_memory_gib(self, boot):
-        """Free GiB under load above which a crash is not a lack of memory: a tenth of the memory before the
-        weights, at least four margins."""
-        p = boot.get("pre_load_free_gib") or self.boot.get("pre_load_free_gib")
-        return max(4 * self.s["safety_gib"], 0.1 * p) if p else None
-
     def _after_trial(self, obs):
         step, boot = self.step, obs.get("boot") or {}
-        outcome, why = classify_trial(obs.get("ready") or {}, obs.get("stress"), boot, self._not_memory_gib(boot))
+        outcome, why = classify_trial(obs.get("ready") or {}, obs.get("stress"), boot, not_memory_gib(boot, self.boot, self.s["safety_gib"]))
         running = obs.get("running") or {}
         # Which start answered first (a revert by the host's timer explains a wrong value too), then the value.
-        error = self._identity_error(step, obs) or readback_error(
+        error = identity_error(step, obs, self.invocation_id) or readback_error(
             step["text"], running.get("mem_fraction_static"), (boot.get("server_args") or {}).get("mem_fraction_static"))
         if error is None and running and running.get("fingerprint_hash") not in (None, self.fingerprint_hash):
             error = ("the memory picture changed during the search (%s): start again once the host is settled"
@@ -124,7 +121,7 @@ class Tuner(object):
             # Another process allocated on the GPUs while this start loaded: its pool, its headroom and whatever
             # held or failed are not this value's. Start it again once; twice in a row, the GPUs are not ours.
             again = step.get("remeasure", 0) < 1
-            record = self._record(step, "untrusted", "; ".join(boot["untrusted"]), obs)
+            record = self.log.add(step, "untrusted", "; ".join(boot["untrusted"]), obs)
             if again:
                 record["next"] = step["value"]
                 return self._go(dict(step, n=len(self.trials) + 1, restart=True, remeasure=step.get("remeasure", 0) + 1))
@@ -133,7 +130,7 @@ class Tuner(object):
                           "another process allocates GPU memory while SGLang loads; tune again when nothing else runs "
                           "on these GPUs" % (step["text"], boot["untrusted"][0]))
             return self._end()
-        record = self._record(step, outcome, why, obs)
+        record = self.log.add(step, outcome, why, obs)
         if error is None and outcome == "stable" and record["min_free_gib"] is None:
             error = ("the load held but no GPU memory sample was taken (neither NVML nor nvidia-smi answered on the "
                      "host): without the free memory under load the search cannot judge a value")
@@ -152,7 +149,7 @@ class Tuner(object):
         if self.verified is None and self.verify is not None:
             # The class's value held (or not) on this host: done, or a search of its own from here.
             self.verified = outcome == "stable" and kv_search.same_value(kv_search.best(self.state) or 0, step["value"])
-            if self.verified and self._above_the_class(record["min_free_gib"], p):
+            if self.verified and above_the_class(record["min_free_gib"], p, self.s):
                 # More headroom than the class's margin explains (its canary's GPUs were not as free as these):
                 # this member holds more than its class, so its own search goes on from here.
                 record["why"] = "the class's value held with more to spare than its margin: searching on from it"
@@ -163,26 +160,6 @@ class Tuner(object):
             self.lkg = step["value"]
             return self._go({"do": "commit", "value": step["value"], "text": step["text"]})
         return self._next_trial_or_end()
-
-    def _above_the_class(self, min_free_gib, p):
-        """Whether the free memory under load at the verified value leaves room for a value above the class's own
-        (the verified value plus the margin's steps): whole grid steps of P x resolution beyond the safety margin."""
-        if min_free_gib is None or not p:
-            return False
-        spare_steps = int((min_free_gib - self.s["safety_gib"]) / (p * self.s["resolution"]) + kv_search.TOLERANCE)
-        return spare_steps > self.s["class_margin_steps"]
-
-    def _identity_error(self, step, obs):
-        """Why the server that answered and held the load is not the start this trial made (a revert by the host's
-        timer, a restart by anyone), or None."""
-        wanted = ((obs.get("started") or {}).get("invocation_id") if step["restart"] else self.invocation_id)
-        seen = [(where, (obs.get(key) or {}).get("invocation_id")) for where, key in (
-            ("the server that answered is", "ready"), ("the unit now runs", "running"))]
-        wrong = ["%s start %s" % (where, value) for where, value in seen if value is not None and value != wanted]
-        if not wrong or wanted is None or restarted_after_its_oom(obs, wanted):
-            return None
-        return ("this trial started %s, but %s: the host reverted it, or something restarted it, so the measurements "
-                "are not this value's" % (wanted, " and ".join(wrong)))
 
     def _start_search(self, boot):
         p = effective_memory(boot)[0] or effective_memory(self.boot)[0] or boot.get("pre_load_free_gib") \
@@ -257,87 +234,28 @@ class Tuner(object):
             status, msg = "tuned", None
         return self._go({"do": "done", "status": status, "msg": msg})
 
-    # -- records ---------------------------------------------------------------------------------------------------
+    # -- records (trial_log.TrialLog) --------------------------------------------------------------------------------
 
     @property
-    def best(self):
+    def best(self) -> Optional[float]:
         return None if self.state is None else kv_search.best(self.state)
 
-    def _record(self, step, outcome, why, obs):
-        stress, boot, ready = obs.get("stress") or {}, obs.get("boot") or {}, obs.get("ready") or {}
-        record = {
-            "n": step["n"], "f": step["value"], "text": step["text"], "outcome": outcome, "restart": step["restart"],
-            "tokens": boot.get("max_total_num_tokens"), "min_free_gib": stress.get("min_free_gib"),
-            "min_free_gib_per_gpu": stress.get("min_free_gib_per_gpu") or {},
-            "peak_tokens_held": stress.get("peak_tokens_held"), "fill_reached": stress.get("fill_reached"),
-            "requests_completed": stress.get("requests_completed", 0),
-            "throughput_tokens_per_s": stress.get("throughput_tokens_per_s"), "ready_s": ready.get("elapsed_s"),
-            "invocation_id": ready.get("invocation_id"), "why": why, "next": None,
-            # What the server said it runs, as written there (the command line's text, the log's value).
-            "read_back": {"command_line": ((obs.get("running") or {}).get("server_args") or {}).get("mem_fraction_static"),
-                          "startup_log": (boot.get("server_args") or {}).get("mem_fraction_static")},
-        }
-        self.trials.append(record)
-        return record
+    @property
+    def trials(self) -> list[dict[str, Any]]:
+        return self.log.trials
 
-    def progress_line(self):
+    def progress_line(self) -> str:
         """One line for the trial just recorded."""
-        t = self.trials[-1]
-        if t["outcome"] == "unverified":
-            tail = "stopped"
-        elif t["outcome"] == "untrusted":
-            tail = "again " + self.text(t["next"])
-        elif self.state["done"]:
-            tail = "done: " + self.state["reason"]
-        else:
-            tail = "next " + self.text(t["next"])
-        return ("%s: trial %d/%d f=%s%s, %s KV tokens, min free under load %s: %s%s; %s"
-                % (self.host, t["n"], self.s["budget"], t["text"],
-                   " (restart)" if t["restart"] else " (running, no restart)", token_count(t["tokens"]),
-                   "-" if t["min_free_gib"] is None else "%.2f GiB" % t["min_free_gib"], t["outcome"],
-                   (" (%s)" % t["why"]) if t["outcome"] != "stable" and t["why"] else "", tail))
+        return self.log.progress_line(self.state)
 
-    def start_line(self):
-        if self.verify is not None:
-            margin = self.s["class_margin_steps"]
-            return ("%s: verifying %s on %s (%s), its class's value%s, under the load; its own search if it does "
-                    "not hold (at most %d trials)." % (
-                        self.host, self.text(self.verify), self.s["unit"], self.reason,
-                        " less %d grid step(s)" % margin if margin else "", self.s["budget"]))
-        return ("%s: tuning %s (%s) from %s, cap %s, resolution %s, safety %s GiB, at most %d trials."
-                % (self.host, self.s["unit"], self.reason, self.text(self.start), self.s["cap"], self.s["resolution"],
-                   self.s["safety_gib"], self.s["budget"]))
+    def start_line(self) -> str:
+        return self.log.start_line()
 
-    def after(self):
-        """The value the host runs now and its KV tokens (the best trial's; the last-known-good's without one)."""
-        if self.best is None:
-            return dict(self.before)
-        tokens = [t["tokens"] for t in self.trials if t["outcome"] == "stable" and kv_search.same_value(t["f"], self.best)]
-        return {"mem_fraction_static": self.best, "tokens": tokens[0] if tokens else None, "text": self.text(self.best)}
-
-    def result(self, status, started, finished, versions):
+    def result(self, status: str, started: str, finished: str, versions: Optional[dict[str, Any]]) -> dict[str, Any]:
         """The report of this tune (the controller's <host>.json)."""
-        search = {} if self.state is None else {key: self.state[key] for key in (
-            "reason", "best", "floor", "ceiling", "cap", "resolution", "safety_gib", "budget", "p_gib", "growth")}
-        return {
-            "host": self.host, "unit": self.s["unit"], "status": status, "why": self.reason, "error": self.error,
-            "before": self.before, "after": self.after(), "restarts": self.restarts, "search": search,
-            "trials": self.trials, "settings": {key: self.s[key] for key in (
-                "cap", "resolution", "safety_gib", "budget", "min_tokens", "stress_duration", "stress_fill_ratio")},
-            "versions": versions, "fingerprint": self.fingerprint, "fingerprint_hash": self.fingerprint_hash,
-            "started": started, "time": finished,
-            "verify": None if self.verify is None else {"value": self.verify, "held": bool(self.verified)},
-        }
+        return self.log.result(status, started, finished, versions, self.state, self.best, self.error, self.restarts,
+                               self.verified)
 
-    def fact_entry(self, finished):
+    def fact_entry(self, finished: str) -> dict[str, Any]:
         """The unit's entry in /etc/ansible/facts.d/sglang_kv.fact: the pinned value and what proved it."""
-        after = self.after()
-        return {
-            "mem_fraction_static": after["mem_fraction_static"], "text": after["text"],
-            "tokens": after["tokens"], "before": self.before, "restarts": self.restarts,
-            "trials": [{key: t[key] for key in FACT_TRIAL_KEYS} for t in self.trials],
-            "fingerprint": self.fingerprint, "fingerprint_hash": self.fingerprint_hash,
-            "versions": (self.fingerprint or {}).get("versions"),
-            "settings": {key: self.s[key] for key in ("cap", "resolution", "safety_gib", "budget", "min_tokens")},
-            "time": finished,
-        }
+        return self.log.fact_entry(finished, self.best, self.restarts)
