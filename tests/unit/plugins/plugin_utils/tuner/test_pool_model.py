@@ -12,6 +12,7 @@ import pytest
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import server_args as sa
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.boot_trust import pool_findings
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import pool_model, run_settings
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.pool_model import pool_residual_gib
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 
@@ -74,3 +75,39 @@ def test_a_pool_at_its_cap_tells_of_no_budget():
     loose = dict(boot, server_args=dict(boot["server_args"], max_total_tokens=tokens + 1))
     assert pool_residual_gib(config, sa.memory_args(boot["server_args"]), "0.5.9", {}, loose) == pytest.approx(
         pool_residual_gib(config, sa.memory_args(boot["server_args"]), "0.5.9", {}, boot))
+
+
+BOOT = {"pre_load_free_gib": 94.04, "post_load_free_gib": 21.71, "max_total_num_tokens": 159282}
+
+
+def test_split_pool_from_the_logs_or_the_config():
+    configs = Path(__file__).parents[4] / "fixtures" / "configs"
+    llama = json.loads((configs / "llama-3.1-70b.json").read_text())
+    linear = json.loads((configs / "qwen3.5-9b.json").read_text())
+    swa = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num_hidden_layers": 36,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "hidden_size": 2880,
+           "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18, "torch_dtype": "bfloat16"}
+    assert pool_model.split_pool(llama, [{}]) is False
+    assert pool_model.split_pool(linear, []) is True and pool_model.split_pool(swa, []) is True
+    assert pool_model.split_pool(llama, [{"swa_tokens": 1368, "full_tokens": 1710}]) is True
+    assert pool_model.split_pool(None, [{"max_total_num_tokens": 5, "mamba_cache_size": 186}]) is True
+    assert pool_model.split_pool(None, [{"max_total_num_tokens": 5}]) is False
+    assert pool_model.split_pool(None, [{}]) is None
+    assert pool_model.split_pool({"architectures": ["Nothing"]}, []) is None
+
+
+def test_the_multimodal_reduction_in_terms_of_the_command_line_value():
+    boot = {"pre_load_free_gib": 62.92, "post_load_free_gib": 47.22, "mem_fraction_static": 0.787,
+            "mem_fraction_static_logged": 0.874, "mem_fraction_static_source": "multimodal_reduction"}
+    p, a = pool_model.effective_memory(boot)
+    for f in (0.874, 0.6, 0.95):
+        # SGLang's budget at s * f equals the formula's at f with P' and A'
+        assert a - p * (1 - f) == pytest.approx(47.22 - 62.92 * (1 - f * 0.787 / 0.874))
+    assert pool_model.lower_bound(boot, None) == pytest.approx((1 - 47.22 / 62.92) / (0.787 / 0.874))
+
+
+def test_a_token_floor_is_refused_for_hybrid_models():
+    model = {"cell_size_bytes": 16384, "page_size": 1, "mm_reservation_gib": 0.0, "hybrid_state": True}
+    with pytest.raises(run_settings.TuneError, match="kv_tune_min_tokens is not supported for hybrid"):
+        pool_model.lower_bound(BOOT, model, 100000)
+    assert pool_model.lower_bound(BOOT, model) == pytest.approx(1 - 21.71 / 94.04)
