@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run import host as host_run
+from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import ARGS
 
 
 def gpu(index, server_bytes):
@@ -47,3 +48,12 @@ def test_only_what_puts_the_host_back_outlives_the_controller_and_only_waits_are
         assert host_run.cut_short(name, args) == (name != "kv_trial"), (name, args)
     # a kv_trial call finishes on the host whatever happens on the controller: it is never cut short
     assert not host_run.cut_short("kv_trial", {"state": "reverted"})
+
+
+def test_a_host_of_one_unit_runs_it_as_one_step():
+    steps = host_run.host_steps("gpu1", dict(ARGS))
+    step = next(steps)
+    assert (step["tune_unit"], step["label"], step["info"], step["neighbours"]) == ("sglang.service", "gpu1", None, {})
+    with pytest.raises(StopIteration) as stop:
+        steps.send({"changed": False, "status": "unchanged", "unit": "sglang.service", "label": "gpu1"})
+    assert stop.value.value["status"] == "unchanged"
