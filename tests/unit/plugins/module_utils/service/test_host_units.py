@@ -25,8 +25,6 @@ def test_a_units_gpus_are_those_its_processes_use():
     ({"a": [0, 1, 2, 3], "b": [3, 4]}, {"a": ["b"], "b": ["a"]}),
     ({"a": [0, 1], "b": [4], "c": [0, 1, 5], "d": [5]}, {"a": ["c"], "b": [], "c": ["a", "d"], "d": ["c"]}),
 ])
-
-
 def test_units_that_share_a_gpu_are_each_others_neighbours(gpu_sets, expected):
     assert host_units.neighbours(gpu_sets) == expected
 
@@ -51,8 +49,6 @@ UUIDS = ["GPU-%d%d%d%d0000-aaaa" % (i, i, i, i) for i in range(8)]
     ({"tp_size": "1"}, {"CUDA_VISIBLE_DEVICES": "MIG-0d1c2b3a-1111"}, None),        # not this function's to guess
     ({"tp_size": "two"}, {}, None),
 ])
-
-
 def test_the_gpus_a_unit_is_given_come_from_its_configuration(args, environment, expected):
     assert host_units.configured_gpus(args, environment, UUIDS) == expected
 
@@ -91,8 +87,6 @@ def test_a_host_with_several_units_fails_when_one_unit_does_and_names_it():
      2.0),
     ([{"index": 0, "server_bytes": 5, "other_bytes": 0}], 0.0),
 ])
-
-
 def test_other_processes_memory_on_the_units_gpus(gpu_memory, expected):
     assert host_units.other_gib(gpu_memory) == expected
 

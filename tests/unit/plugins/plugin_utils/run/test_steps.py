@@ -8,8 +8,8 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.run import steps
 
 
 def test_a_call_and_a_line():
-    assert steps.call("kv_stress", {"duration": 40}) == {"call": "kv_stress", "args": {"duration": 40},
-                                                          "may_fail": False}
+    expected = {"call": "kv_stress", "args": {"duration": 40}, "may_fail": False}
+    assert steps.call("kv_stress", {"duration": 40}) == expected
     assert steps.call("kv_trial", {}, may_fail=True, say="why")["say"] == "why"
     assert steps.say("gpu1: done") == {"say": "gpu1: done"}
 

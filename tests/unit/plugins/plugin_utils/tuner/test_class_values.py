@@ -50,8 +50,6 @@ def test_a_pin_of_the_same_fingerprint_needs_no_canary_unless_forced():
     ({"role": "canary", "canary": None, "value": None}, None, None),
     (None, None, None),
 ])
-
-
 def test_the_value_a_member_verifies(entry, outcome, expected):
     assert class_values.class_value(entry, outcome) == expected
 
@@ -65,8 +63,6 @@ def test_the_value_a_member_verifies(entry, outcome, expected):
     ({"role": "member", "value": None}, None, None),
     ({"role": "canary", "value": None}, {"status": "tuned", "result": {"after": {"tokens": 1}}}, None),
 ])
-
-
 def test_the_pool_a_member_is_capped_at_is_its_canarys(entry, outcome, expected):
     assert class_values.class_tokens(entry, outcome) == expected
 
@@ -79,8 +75,6 @@ def test_the_pool_a_member_is_capped_at_is_its_canarys(entry, outcome, expected)
     (0.9125, {"resolution": 0.0005, "class_margin_steps": 1}, 0.912),
     (0.99, {"cap": 0.95}, 0.95),
 ])
-
-
 def test_the_margin_below_the_class_value(value, changes, expected):
     settings = run_settings.check_settings(dict(DEFAULT_SETTINGS, **changes))
     assert class_values.verify_value(value, settings) == pytest.approx(expected)

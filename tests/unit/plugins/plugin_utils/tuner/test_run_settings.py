@@ -42,8 +42,6 @@ DEFAULT_SETTINGS = {"unit": "sglang.service", "start": None, "cap": 0.98, "resol
     ({"confirm_timeout": float("inf")}, "kv_tune_confirm_timeout must be"),
     ({"cap": "lots"}, "kv_tune_cap must be a number"),
 ])
-
-
 def test_bad_settings(changes, message):
     with pytest.raises(run_settings.TuneError) as error:
         run_settings.check_settings(dict(DEFAULT_SETTINGS, **changes))
@@ -52,8 +50,6 @@ def test_bad_settings(changes, message):
 
 
 @pytest.mark.parametrize("name", sorted(run_settings.BOUNDS))
-
-
 def test_each_bound_itself_is_accepted(name):
     """The ends of each range are valid settings (the others at their defaults, the confirm timeout long enough)."""
     low, high = run_settings.BOUNDS[name][:2]
@@ -68,8 +64,6 @@ def test_each_bound_itself_is_accepted(name):
 
 @pytest.mark.parametrize("args", [dict(ready_timeout=float("inf"), stress_duration=120),
                                   dict(ready_timeout=1800, stress_duration=float("nan"))])
-
-
 def test_no_default_confirm_timeout_from_a_value_that_is_not_finite(args):
     assert run_settings.with_defaults(dict(args, confirm_timeout=None))["confirm_timeout"] is None
 
@@ -83,8 +77,6 @@ def test_settings_from_text():
     ({"strategy": "per_rack"}, "kv_tune_strategy must be one of per_host, per_class"),
     ({"class_margin_steps": -1}, "kv_tune_class_margin_steps must be a whole number of grid steps"),
 ])
-
-
 def test_bad_class_settings(changes, message):
     with pytest.raises(run_settings.TuneError, match=message):
         run_settings.check_settings(dict(DEFAULT_SETTINGS, **changes))

@@ -43,8 +43,6 @@ INFO = {"takes_kv_args": True, "trial_pending": False, "running": True, "pin": P
     ({"running": False}, False, False, {"do": "revert", "why": "sglang.service was not running"}),
     ({"running": False}, False, True, {"do": "report", "status": "would_tune"}),
 ])
-
-
 def test_plan_start(changes, force, check_mode, expected):
     plan = start_value.plan_start(dict(INFO, **changes), "h1", "sglang.service", force, check_mode)
     assert {key: plan.get(key) for key in expected} == expected, plan
@@ -64,8 +62,6 @@ def test_plan_start(changes, force, check_mode, expected):
     ({"max_total_tokens": 202389}, None, False, {"do": "report", "status": "unchanged"}),   # another node of a server
     ({}, None, False, {"do": "report", "status": "unchanged"}),
 ])
-
-
 def test_plan_start_rewrites_a_pin_that_holds_for_kv_tune_pin_tokens(pin_changes, pin_tokens, check_mode, expected):
     info = dict(INFO, pin=dict(PIN, **pin_changes))
     plan = start_value.plan_start(info, "h1", "sglang.service", check_mode=check_mode, pin_tokens=pin_tokens)
@@ -91,8 +87,6 @@ def gpus(other_on_3=0, server=True):
     (gpus(), False), (gpus(other_on_3=8), False), (gpus(other_on_3=12), True), (gpus(other_on_3=12, server=False), True),
     (gpus(other_on_3=12)[3:4], False), (None, False),
 ])
-
-
 def test_gpu_imbalance(memory, unbalanced):
     found = start_value.gpu_imbalance(memory)
     assert (found is not None) == unbalanced, found
@@ -112,8 +106,6 @@ def test_gpu_imbalance(memory, unbalanced):
     ({"pin": None, "pin_error": "the pin of sglang.service in F cannot be used: its mem_fraction_static 'a' is not a "
                                 "number in (0, 1)"}, {"do": "tune"}),
 ])
-
-
 def test_plan_start_before_anything_restarts(changes, expected):
     plan = start_value.plan_start(dict(INFO, **changes), "h1", "sglang.service")
     assert {key: plan.get(key) for key in expected} == expected, plan
@@ -128,8 +120,6 @@ def test_plan_start_before_anything_restarts(changes, expected):
     ({"kind": "runtime_oom", "line": "x"}, True), ({"kind": "crash", "line": "ImportError: y"}, False),
     ({"kind": "unbalanced_memory", "line": "z"}, False), (None, False),
 ])
-
-
 def test_a_failed_last_known_good_start(failure, tunable):
     message = start_value.failed_start({"failure": failure}, "sglang.service", "0.910")
     assert (message is None) == tunable, message

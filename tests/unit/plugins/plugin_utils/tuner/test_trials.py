@@ -27,15 +27,11 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import trial
     ({"ready": False, "reason": "timeout"}, None, None, "timeout"),
     ({"ready": False, "reason": "unit_restarted"}, None, None, "crash"),
 ])
-
-
 def test_classify_trial_by_phase(ready, stress, failure, outcome):
     assert trials.classify_trial(ready, stress, {"failure": failure})[0] == outcome
 
 
 @pytest.mark.parametrize("free, outcome", [(0.3, "crash"), (4.0, "crash"), (31.0, "fatal"), (None, "crash")])
-
-
 def test_a_crash_under_load_with_memory_to_spare_is_not_about_memory(free, outcome):
     stress = {"held": False, "failure_reason": "the server stopped answering", "min_free_gib": free}
     assert trials.classify_trial({"ready": True}, stress, {}, not_memory_gib=8.0)[0] == outcome
@@ -48,8 +44,6 @@ def test_a_crash_under_load_with_memory_to_spare_is_not_about_memory(free, outco
     ("0.9125", 0.9125, 0.91, "its startup log says 0.91"),
     ("0.910", 0.91, None, None),
 ])
-
-
 def test_readback(text, argv, log, error):
     found = trials.readback_error(text, argv, log)
     assert (found is None) == (error is None)

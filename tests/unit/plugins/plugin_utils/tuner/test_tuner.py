@@ -68,8 +68,6 @@ def observation(raw, step):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
-
-
 def test_tuner_case(case):
     tuner = make_tuner(case["tuner"])
     step = tuner.first_step()
@@ -126,8 +124,6 @@ PIN = {"mem_fraction_static": 0.91, "fingerprint_hash": "H", "fingerprint": FP, 
     (PIN, "H", 0.88, False, "the server runs 0.88, not the pinned 0.91"),
     (PIN, "H", None, False, "the server runs None, not the pinned 0.91"),
 ])
-
-
 def test_retune_reason(pin, digest, running, force, reason):
     fp = copy.deepcopy(FP)
     if digest != "H":
