@@ -17,6 +17,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from typing import Any, Optional
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -25,7 +27,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.checks import Inva
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout, NodeChannel, NodeLink
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run import host as host_run, unit_run
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed, Step, Steps
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import progress_lines
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import STRATEGIES
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.worker_children import stop_children
@@ -73,7 +75,7 @@ class ControllerGone(RunFailed):
 _EXPECTED = (InvalidInput, RunFailed, ChannelTimeout)
 
 
-def _now():
+def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -81,7 +83,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = True
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: Optional[str] = None, task_vars: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         super(ActionModule, self).run(tmp, task_vars)
         self._vars = task_vars or {}
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
@@ -99,7 +101,7 @@ class ActionModule(ActionBase):
             self._remove_tmp_path(self._connection._shell.tmpdir)
 
     @contextlib.contextmanager
-    def _signals_end_the_run(self):
+    def _signals_end_the_run(self) -> Iterator[None]:
         """SIGTERM and SIGINT reach a worker from ansible-playbook, which forwards them when it is interrupted or
         stops at a dead worker (another node's, killed): Ansible's own handler then ends the worker at once
         (os._exit), leaving a trial in progress to the host's revert timer. While the run lasts, a signal ends it
@@ -110,7 +112,7 @@ class ActionModule(ActionBase):
             return
         stopping = []
 
-        def stop(signum, _frame):
+        def stop(signum: int, _frame: Any) -> None:
             if not stopping:
                 stopping.append(signum)
                 raise ControllerGone("ansible-playbook stopped this worker (%s); the trial in progress is reverted "
@@ -123,7 +125,7 @@ class ActionModule(ActionBase):
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
-    def _drive(self, steps, run=None):
+    def _drive(self, steps: Steps[Any], run: Optional[unit_run.UnitRun] = None) -> Any:
         """Perform each step of ``steps`` (a kv_tune_run generator) and send back what it gave; its result."""
         answer = None
         while True:
@@ -143,7 +145,7 @@ class ActionModule(ActionBase):
             elif "tune_unit" in step:
                 answer = self._tune_unit(step)
 
-    def _tune_unit(self, step):
+    def _tune_unit(self, step: Step) -> dict[str, Any]:
         """One unit's run, with what must be undone whatever happens: an armed trial reverted at once (on every
         node), the lock released, the other nodes of its server released."""
         host = self._vars.get("inventory_hostname", "?")
@@ -169,7 +171,7 @@ class ActionModule(ActionBase):
         self._release(run, result)
         return self._drive(run.finish(result), run)
 
-    def _call(self, name, module_args, may_fail):
+    def _call(self, name: str, module_args: dict[str, Any], may_fail: bool) -> dict[str, Any]:
         if not host_run.outlives_controller(name, module_args):
             self._check_controller()
         cut_short = host_run.cut_short(name, module_args)
@@ -198,19 +200,19 @@ class ActionModule(ActionBase):
         return result
 
     @staticmethod
-    def _say(line):
+    def _say(line: Optional[str]) -> None:
         if line:
             display.display(line)
 
     @contextlib.contextmanager
-    def _during_call(self, cut_short):
+    def _during_call(self, cut_short: bool) -> Iterator[None]:
         """While a module call lasts, once a second: the progress line again whenever it is due (a server loading for
         minutes); and, for a call to ``cut_short`` (host_run.cut_short), a look whether ansible-playbook is gone.
         Then its processes are stopped, so that it returns, and the run ends with the trial reverted at once,
         instead of after a load or a watch that nobody will judge."""
         progress, done = self._progress, threading.Event()
 
-        def beat():
+        def beat() -> None:
             while not done.wait(1.0):
                 if cut_short and os.getppid() != self._controller:
                     stop_children()   # the connection's ssh of this call (again, should ansible start another)
@@ -226,19 +228,19 @@ class ActionModule(ActionBase):
             done.set()
             beater.join()
 
-    def _outcome_of(self, host):
+    def _outcome_of(self, host: str) -> Optional[dict[str, Any]]:
         """What another host's kv_tune registered (a class's canary), as plain data; None when it has nothing."""
         hostvars = self._vars.get("hostvars", {})
         found = hostvars[host].get("kv_tune_outcome") if host in hostvars else None
         return None if found is None else plain(dict(found))
 
-    def _revert_if_armed(self, run):
+    def _revert_if_armed(self, run: unit_run.UnitRun) -> bool:
         """Whatever went wrong after a trial started, the host does not wait for its timer: back to the
         last-known-good value now (best effort: an unreachable host still has its timer)."""
         return self._armed and self._cleanup(run, run.revert(), "could not revert the trial in progress (%s); the "
                                                                 "host's revert timer will do it")
 
-    def _cleanup(self, run, steps, warning):
+    def _cleanup(self, run: unit_run.UnitRun, steps: Steps[Any], warning: str) -> bool:
         try:
             self._drive(steps, run)
         except Exception as exc:  # pylint: disable=broad-except
@@ -248,17 +250,17 @@ class ActionModule(ActionBase):
 
     # -- the other nodes of a server that spans hosts --------------------------------------------------------------
 
-    def _check_controller(self):
+    def _check_controller(self) -> None:
         if os.getppid() != self._controller:
             raise ControllerGone("ansible-playbook is gone; the trial in progress is reverted and the search ends")
 
-    def _link(self, run):
+    def _link(self, run: Optional[unit_run.UnitRun]) -> NodeLink:
         if self._node_link is None:
             self._node_link = NodeLink(NodeChannel(self._task._uuid, run.node["key"]), run.node["node_rank"],
                                        check=self._check_controller)
         return self._node_link
 
-    def _release(self, run, result):
+    def _release(self, run: unit_run.UnitRun, result: dict[str, Any]) -> None:
         """Node 0, whatever happened (also a failure before the others joined): the other nodes stop following."""
         if run.leads():
             try:
