@@ -82,6 +82,8 @@ def _now() -> str:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = True
+    _armed = False      # a trial is started and not yet committed or reverted: the cleanup reverts it
+    _node_link: Optional[NodeLink] = None   # the other nodes of the unit's server, once it talks to them
 
     def run(self, tmp: Optional[str] = None, task_vars: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         super(ActionModule, self).run(tmp, task_vars)
@@ -110,7 +112,7 @@ class ActionModule(ActionBase):
         if threading.current_thread() is not threading.main_thread():   # signals reach the main thread only
             yield
             return
-        stopping = []
+        stopping: list[int] = []
 
         def stop(signum: int, _frame: Any) -> None:
             if not stopping:
@@ -256,7 +258,10 @@ class ActionModule(ActionBase):
 
     def _link(self, run: Optional[unit_run.UnitRun]) -> NodeLink:
         if self._node_link is None:
-            self._node_link = NodeLink(NodeChannel(self._task._uuid, run.node["key"]), run.node["node_rank"],
+            node = run.node if run is not None else None
+            if node is None:   # only a unit's run of a server that spans hosts yields a nodes step
+                raise RunFailed("a message to the other nodes of a server outside a run of one")
+            self._node_link = NodeLink(NodeChannel(self._task._uuid, node["key"]), node["node_rank"],
                                        check=self._check_controller)
         return self._node_link
 

@@ -54,7 +54,8 @@ class UnitState:
     missed: Optional[float] = None   # the value that missed under real traffic on this fingerprint (headroom watch)
     first_other: dict[int, int] = field(default_factory=dict)   # GPU -> bytes other processes held at the first look
     first_unlisted: dict[int, int] = field(default_factory=dict)   # GPU -> bytes no process was listed for then
-    pool_inputs: Optional[tuple[Any, ...]] = None   # what pool_model.pool_residual_gib needs (None: not judged)
+    # what pool_model.pool_residual_gib needs of the unit: config, server arguments, SGLang version, environment
+    pool_inputs: Optional[tuple[Any, Any, Any, Any]] = None   # None: not judged
     pool_reference: Optional[float] = None   # that figure at the run's first trusted start
     sizing: str = "A - P x (1 - f)"   # how SGLang sizes the pool: its formula, or after CUDA-graph capture
     seen_boots: list[dict[str, Any]] = field(default_factory=list)   # the startup logs read (kv_tune_pin_tokens)

@@ -81,7 +81,8 @@ def _start_neighbour(args: dict[str, Any], label: str, unit: str, other: str, in
     """``other`` shares the GPUs of ``unit`` and does not run: it is started on its last-known-good value, so that
     every trial of ``unit`` meets its memory. (its kv_fingerprint now, None, whether it was restarted), or (info, why
     ``unit`` is not tuned, whether it was restarted)."""
-    shared = "the same GPUs (%s)" % gpu_text(held_gpus(info)) if held_gpus(info) else "GPUs it cannot tell apart"
+    gpus = held_gpus(info)
+    shared = "the same GPUs (%s)" % gpu_text(gpus) if gpus else "GPUs it cannot tell apart"
     lock = info.get("lock") or {}
     if lock.get("live") and lock.get("run_id") != args.get("run_id"):
         return info, ("%s, which is given %s, is not running and is held by run %s from %s (a tune or rollout.yml "

@@ -6,7 +6,7 @@ calls and hands back what they saw, judged: memory that moved on the GPUs while 
 SGLang's formula by more than the run's first trusted start, make a trial's log untrusted."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.boot_trust import (
@@ -86,7 +86,7 @@ class Search(Part):
             yield from leader.tell({"do": "watch_start"}, wait=False)
         trial_start = (started or {}).get("invocation_id") or state.invocation_id
         ready = yield calls.ready(trial_start, gpus=watched)
-        observed = None
+        observed: Optional[int] = None   # the number of node 0's step the other nodes watch the load under
         if leader is not None:
             # The other nodes watch their GPUs while this node drives the load (every rank holds its activations).
             observed = yield from leader.tell({"do": "observe", "watch": self.ctx.args["stress_duration"] + 5
@@ -103,7 +103,7 @@ class Search(Part):
             moved += look_findings(running.get("gpu_memory"), state.gpus, state.first_other, state.first_unlisted)
         if moved:
             boot = dict(boot, untrusted=list(boot.get("untrusted") or []) + moved)
-        if leader is not None:
+        if leader is not None and observed is not None:
             seen = {ack["host"]: ack for ack in (yield from leader.answers(observed))}
             stress = multinode.merge_samples(stress, seen) if stress is not None else None
             boot = multinode.server_boot(boot, {host: ack.get("boot") for host, ack in seen.items()})
