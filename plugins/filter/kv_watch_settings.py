@@ -49,11 +49,11 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.watch.kv_watch import WatchError, check_settings
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch.settings import WatchError, check_settings
 
 
 def kv_watch_settings(settings, prefix=""):
-    """``settings`` checked and typed (kv_watch.check_settings); AnsibleFilterError with the variable's name."""
+    """``settings`` checked and typed (watch.settings.check_settings); AnsibleFilterError with the variable's name."""
     try:
         return check_settings(plain(settings), prefix=plain(prefix))
     except WatchError as exc:

@@ -37,7 +37,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
-from ansible_collections.llmserve.sglang.plugins.module_utils.watch.kv_watch import WatchError, watch_unit
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch.settings import WatchError, watch_unit
 
 
 def kv_watch_unit(unit):

@@ -334,7 +334,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup import boot_trust
 from ansible_collections.llmserve.sglang.plugins.module_utils.host import host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin, server_args as sa
-from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import journal, kv_watch, settings, store
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch.verdict import verdict as watch_verdict
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.fingerprint import (
     FingerprintError, fingerprint, fingerprint_hash, retune_reason)
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
@@ -501,12 +502,12 @@ def main() -> None:
             require_running=dict(type="bool", default=True),
             also_units=dict(type="list", elements="str", default=[]),
             watch=dict(type="dict", options=dict(
-                action=dict(type="str", choices=list(kv_watch.WATCH_ACTIONS), default="propose"),
-                full_usage=dict(type="float", default=kv_watch.FULL_USAGE),
+                action=dict(type="str", choices=list(settings.WATCH_ACTIONS), default="propose"),
+                full_usage=dict(type="float", default=settings.FULL_USAGE),
                 headroom_hours=dict(type="float", default=24.0),
                 headroom_steps=dict(type="int", default=2),
                 storm_retractions=dict(type="int", default=20),
-                pool_tolerance=dict(type="float", default=kv_watch.POOL_TOLERANCE),
+                pool_tolerance=dict(type="float", default=settings.POOL_TOLERANCE),
                 state_path=dict(type="path"))),
             nvidia_smi=dict(type="path"),
             prefer=dict(type="str", choices=list(PREFER_CHOICES), default="auto"),
@@ -516,8 +517,8 @@ def main() -> None:
     unit = module.params["unit"]
     if module.params["watch"]:
         try:
-            kv_watch.check_settings(module.params["watch"], prefix="watch.")
-        except kv_watch.WatchError as exc:
+            settings.check_settings(module.params["watch"], prefix="watch.")
+        except settings.WatchError as exc:
             module.fail_json(msg=str(exc))
     fp_reader = Fingerprint(module)
     try:
@@ -578,19 +579,19 @@ def read_watch(module, params, unit, pin, invocation_id):
     failure (the pin's other checks stand)."""
     if not params or not pin:
         return None
-    path = params["state_path"] or kv_watch.state_path(unit)
+    path = params["state_path"] or settings.state_path(unit)
     if not os.path.lexists(path):
         return None
     try:
-        records, bad = kv_watch.read_records(path)
+        records, bad = store.read_records(path)
         # The server's OOM and retraction lines: root reads them, the watch cannot (its journal holds the API key).
-        text, journal_error = unit_journal(module, unit, records[0]["start"], kv_watch.JOURNAL_GREP,
-                                           kv_watch.MAX_JOURNAL_LINES) if records else ("", None)
-        records = kv_watch.attach_journal(records, kv_watch.journal_events(text or ""))
-        result = kv_watch.verdict(pin, records, full_usage=params["full_usage"],
-                                  headroom_hours=params["headroom_hours"], headroom_steps=params["headroom_steps"],
-                                  storm_retractions=params["storm_retractions"], unreadable=bad)
-    except kv_watch.WatchError as exc:
+        text, journal_error = unit_journal(module, unit, records[0]["start"], journal.JOURNAL_GREP,
+                                           journal.MAX_JOURNAL_LINES) if records else ("", None)
+        records = journal.attach_journal(records, journal.journal_events(text or ""))
+        result = watch_verdict(pin, records, full_usage=params["full_usage"],
+                               headroom_hours=params["headroom_hours"], headroom_steps=params["headroom_steps"],
+                               storm_retractions=params["storm_retractions"], unreadable=bad)
+    except settings.WatchError as exc:
         return {"error": str(exc), "retune": None, "proposal": None, "verdict": None}
     pool = kv_watch.current_pool(records, invocation_id, time.time())
     out = dict(result, windows=result["evidence"]["windows"], bad_lines=bad[:20], bad_line_count=len(bad),

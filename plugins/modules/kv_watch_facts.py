@@ -131,7 +131,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
-from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import journal, settings, store
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch.verdict import verdict as watch_verdict
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import C_LOCALE, parse_show, unit_journal
 
 PIN_KEYS = ("mem_fraction_static", "tokens", "time", "settings")
@@ -173,9 +174,9 @@ def watch_state(module, watch_unit):
 def judge(pin, records, bad, params):
     if pin is None:
         return None, ["the unit has no pin in %s: nothing to judge the windows against" % params["fact_path"]], None
-    result = kv_watch.verdict(pin, records, full_usage=params["full_usage"], headroom_steps=params["headroom_steps"],
-                              headroom_hours=params["headroom_hours"], storm_retractions=params["storm_retractions"],
-                              unreadable=bad)
+    result = watch_verdict(pin, records, full_usage=params["full_usage"], headroom_steps=params["headroom_steps"],
+                           headroom_hours=params["headroom_hours"], storm_retractions=params["storm_retractions"],
+                           unreadable=bad)
     return result["verdict"], result["reasons"], result["evidence"]
 
 
@@ -185,7 +186,7 @@ def main():
             unit=dict(type="str", required=True),
             state_path=dict(type="path"),
             fact_path=dict(type="path", default=kv_pin.FACT_PATH),
-            full_usage=dict(type="float", default=kv_watch.FULL_USAGE),
+            full_usage=dict(type="float", default=settings.FULL_USAGE),
             headroom_hours=dict(type="float", default=24.0),
             headroom_steps=dict(type="int", default=2),
             storm_retractions=dict(type="int", default=20),
@@ -195,18 +196,18 @@ def main():
     )
     params = module.params
     try:
-        kv_watch.check_settings({name: params[name] for name in (
+        settings.check_settings({name: params[name] for name in (
             "full_usage", "headroom_hours", "headroom_steps", "storm_retractions", "recent")})
-        watch_unit = kv_watch.watch_unit(params["unit"])
-        path = params["state_path"] or kv_watch.state_path(params["unit"])
-        records, bad = kv_watch.read_records(path)
+        watch_unit = settings.watch_unit(params["unit"])
+        path = params["state_path"] or settings.state_path(params["unit"])
+        records, bad = store.read_records(path)
         # The server's OOM and retraction lines: root reads them, the watch cannot (its journal holds the API key).
-        text, journal_error = unit_journal(module, params["unit"], records[0]["start"], kv_watch.JOURNAL_GREP,
-                                           kv_watch.MAX_JOURNAL_LINES) if records else ("", None)
-        records = kv_watch.attach_journal(records, kv_watch.journal_events(text or ""))
+        text, journal_error = unit_journal(module, params["unit"], records[0]["start"], journal.JOURNAL_GREP,
+                                           journal.MAX_JOURNAL_LINES) if records else ("", None)
+        records = journal.attach_journal(records, journal.journal_events(text or ""))
         pin = read_pin(module, params["unit"], params["fact_path"])
         verdict, reasons, evidence = judge(pin, records, bad, params)
-    except kv_watch.WatchError as exc:
+    except settings.WatchError as exc:
         module.fail_json(msg=str(exc))
     last = records[-1] if records else None
     stale = None

@@ -18,13 +18,15 @@ PACKAGE = "ansible_collections.llmserve.sglang.plugins.module_utils"
 
 
 def _imported(path: Path) -> set[str]:
-    """The collection's module_utils files ``path`` imports (their names)."""
+    """The collection's module_utils files ``path`` imports, by their path under module_utils without .py
+    (``watch/sampler``): ``from PACKAGE.watch import sampler`` and ``from PACKAGE.watch.sampler import Watcher``."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
-            inner = node.module[len(PACKAGE):].lstrip(".")
-            names.update([inner] if inner else [alias.name for alias in node.names])
-    return {name for name in names if (MODULE_UTILS / (name + ".py")).is_file()}
+            inner = node.module[len(PACKAGE):].lstrip(".").replace(".", "/")
+            names.add(inner)
+            names.update("/".join(filter(None, (inner, alias.name))) for alias in node.names)
+    return {name for name in names if name and (MODULE_UTILS / (name + ".py")).is_file()}
 
 
 def _closure(path: Path) -> set[str]:
@@ -39,8 +41,15 @@ def _closure(path: Path) -> set[str]:
 
 def test_the_role_copies_every_module_utils_file_the_watch_imports_and_no_other():
     role = REPO / "roles" / "sglang_service"
-    listed = yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8"))["__sglang_service_kv_watch_files"]
-    copied = {Path(entry["src"]).stem for entry in listed if "module_utils" in entry["src"]}
+    variables = yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8"))
+    listed = variables["__sglang_service_kv_watch_files"]
+    into = "{{ __sglang_service_kv_watch_module_utils }}/"
+    copied = {entry["dest"][len(into):-len(".py")] for entry in listed if entry["dest"].startswith(into)}
     assert copied == _closure(role / "files" / "llmserve_kv_watch.py")
     for entry in listed:
         assert (role / "files" / entry["src"]).resolve().is_file(), entry["src"]
+        if entry["dest"].startswith(into):
+            # each file where its module_utils folder is, and that folder created (tasks/kv_watch.yml)
+            assert entry["src"] == "../../../plugins/module_utils/" + entry["dest"][len(into):], entry
+            folder = entry["dest"][len(into):].rpartition("/")[0]
+            assert not folder or folder in variables["__sglang_service_kv_watch_folders"], entry

@@ -42,7 +42,7 @@ def site(tmp_path: Path, *args: str, bad: dict | None = None) -> subprocess.Comp
 @pytest.mark.parametrize("bad, message", [
     ({"sglang_service_port": "http"}, "sglang_service_port"),                 # a type the argument spec refuses
     ({"sglang_service_user": "root"}, "sglang_service_user must not be root"),  # a check the spec cannot express
-    # A range (kv_watch.BOUNDS): a keep of 0 let the headroom watch's state file grow without bound.
+    # A range (watch.settings.BOUNDS): a keep of 0 let the headroom watch's state file grow without bound.
     ({"sglang_service_kv_watch_keep": 0}, "sglang_service_kv_watch_keep must lie in [1, 20160] windows (got 0)"),
 ])
 def test_a_bad_variable_on_one_host_changes_no_host(tmp_path, bad, message):

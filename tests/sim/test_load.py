@@ -11,7 +11,7 @@ import time
 import pytest
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import metrics
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import probe_nvidia_smi
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
@@ -153,14 +153,14 @@ def test_metrics_are_what_the_headroom_watch_reads_and_follow_the_load(make_sim)
     sim = make_sim("field")
     server = sim.start(simlib.launch_args("field") + ["--enable-metrics"])
     assert server.wait_ready(), server.log
-    idle = kv_watch.parse_metrics(simlib.request(server.url + "/metrics")[1])
+    idle = metrics.parse_metrics(simlib.request(server.url + "/metrics")[1])
     assert idle["token_usage"] == 0 and idle["pool_tokens"] > 159000 and idle["retracted"] == 0
     seen = []
     done = threading.Event()
 
     def watch():
         while not done.is_set():
-            seen.append(kv_watch.parse_metrics(simlib.request(server.url + "/metrics")[1])["token_usage"])
+            seen.append(metrics.parse_metrics(simlib.request(server.url + "/metrics")[1])["token_usage"])
             time.sleep(0.02)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -185,8 +185,8 @@ def test_metrics_are_what_the_headroom_watch_reads_and_follow_the_load(make_sim)
         json.dump(host, handle)
     status, text = simlib.request(server.url + "/metrics")
     assert status == 200
-    with pytest.raises(kv_watch.MetricsError, match="not in Prometheus. text format"):
-        kv_watch.parse_metrics(text)
+    with pytest.raises(metrics.MetricsError, match="not in Prometheus. text format"):
+        metrics.parse_metrics(text)
 
 
 def test_input_logprobs_take_memory_a_stress_load_never_does(make_sim):

@@ -77,7 +77,7 @@ def test_the_watch_runs_as_its_own_user_and_the_server_cannot_write_what_it_keep
     owner = ssh(HOST, f"stat -L -c %U {STATE}").strip()
     assert owner not in ("root", "sglang"), owner
     for path in (STATE, "/usr/local/lib/llmserve-kv-watch/llmserve_kv_watch.py",
-                 "/usr/local/lib/llmserve-kv-watch/ansible_collections/llmserve/sglang/plugins/module_utils/watch/kv_watch.py"):
+                 "/usr/local/lib/llmserve-kv-watch/ansible_collections/llmserve/sglang/plugins/module_utils/watch/sampler.py"):
         assert ssh(HOST, f"runuser -u sglang -- test -w {path} && echo writable || echo no").strip() == "no", path
     assert "Permission denied" in ssh(HOST, f"runuser -u sglang -- sh -c 'echo x >> {STATE}' 2>&1 || true")
     # The server is started with --enable-metrics for it, and the tune pins a value (the watch's verdicts need one).

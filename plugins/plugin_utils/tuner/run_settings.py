@@ -10,7 +10,7 @@ import re
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
-from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import settings as watch_settings
 
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9_.@-]+\.service$")
 
@@ -101,12 +101,12 @@ def check_settings(raw):
          "kv_tune_class_margin_steps must be a whole number of grid steps in [0, 20] (got %s)."
          % raw.get("class_margin_steps"))
     settings["pin_tokens"] = bool(raw.get("pin_tokens"))
-    # The headroom watch's settings (the role's kv_tune_watch_*), within the watch's own ranges (kv_watch.BOUNDS).
+    # The headroom watch's settings (the role's kv_tune_watch_*), within the watch's own ranges (watch.settings.BOUNDS).
     settings["watch"] = None
     if raw.get("watch") is not None:
         try:
-            settings["watch"] = kv_watch.check_settings(raw["watch"], "kv_tune_watch_")
-        except kv_watch.WatchError as exc:
+            settings["watch"] = watch_settings.check_settings(raw["watch"], "kv_tune_watch_")
+        except watch_settings.WatchError as exc:
             need(False, str(exc))
     settings["run_id"] = raw.get("run_id")
     if settings["run_id"] is not None:

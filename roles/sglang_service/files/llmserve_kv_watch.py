@@ -9,7 +9,7 @@ and run by llmserve-kv-watch-<unit>.service:
 
 Every --interval seconds: the unit's GPUs (NVML, else nvidia-smi), its /metrics and systemd's view of it; at the end
 of each --window, one line of JSON in the state file (at most --keep lines). The logic is the collection's
-module_utils/watch/kv_watch.py, installed beside this script; this file only reads the host.
+module_utils/watch/sampler.py, installed beside this script; this file only reads the host.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ sys.path.insert(0, LIBRARY)
 # pylint: disable=wrong-import-position
 from ansible_collections.llmserve.sglang.plugins.module_utils.host import gpu_probe, host_commands, host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
-from ansible_collections.llmserve.sglang.plugins.module_utils import kv_watch  # noqa: E402
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import sampler, settings
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch.metrics import fetch_metrics  # noqa: E402
 
 C_LOCALE = dict(os.environ, **host_commands.C_LOCALE)
 
@@ -39,7 +40,7 @@ def run(argv, timeout=10):
 
 
 class Sources:
-    """What the watch reads of the host, each a call kv_watch.Watcher makes (and counts when it fails)."""
+    """What the watch reads of the host, each a call sampler.Watcher makes (and counts when it fails)."""
 
     def __init__(self, unit, url, prefer):
         self.unit_name, self.url = unit, url
@@ -70,8 +71,8 @@ class Sources:
         return self.sample_gpus()
 
     def metrics(self):
-        # No redirect followed, at most 4 MiB in 5 s, errors in the watch's own words (kv_watch.fetch_metrics).
-        return kv_watch.fetch_metrics(self.url)
+        # No redirect followed, at most 4 MiB in 5 s, errors in the watch's own words (metrics.fetch_metrics).
+        return fetch_metrics(self.url)
 
 
 def main(argv=None):
@@ -85,13 +86,13 @@ def main(argv=None):
     parser.add_argument("--prefer", default="auto", choices=gpu_probe.PREFER_CHOICES)
     args = parser.parse_args(argv)
     try:
-        # The ranges of kv_watch.BOUNDS (keep 0 would let the state file grow without bound), before anything runs.
-        kv_watch.check_settings({"interval": args.interval, "window": args.window, "keep": args.keep}, prefix="--")
-    except kv_watch.WatchError as exc:
+        # The ranges of settings.BOUNDS (keep 0 would let the state file grow without bound), before anything runs.
+        settings.check_settings({"interval": args.interval, "window": args.window, "keep": args.keep}, prefix="--")
+    except settings.WatchError as exc:
         parser.error(str(exc))
     url = args.url
-    watcher = kv_watch.Watcher(args.unit, Sources(args.unit, url, args.prefer), args.state, args.interval,
-                               args.window, args.keep, log=lambda line: print(line, flush=True))
+    watcher = sampler.Watcher(args.unit, Sources(args.unit, url, args.prefer), args.state, args.interval,
+                              args.window, args.keep, log=lambda line: print(line, flush=True))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print("watching %s (%s) every %ss, a window every %ss, into %s"

@@ -1,8 +1,8 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The headroom watch's settings say the same range everywhere they enter: kv_watch.BOUNDS is where the ranges are
-enforced (kv_watch.check_settings: the watch's own arguments, kv_watch_facts, kv_fingerprint's watch, the tuner's
+"""The headroom watch's settings say the same range everywhere they enter: watch.settings.BOUNDS is where the ranges
+are enforced (its check_settings: the watch's own arguments, kv_watch_facts, kv_fingerprint's watch, the tuner's
 check and the sglang_service role's validate.yml); the roles' argument specs and the module docs must state them,
 and every default must lie in them (issue 32, item 9)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import settings as watch_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -65,7 +65,7 @@ def module_option(module, parents, name):
 
 
 def words(setting):
-    low, high = kv_watch.BOUNDS[setting][:2]
+    low, high = watch_settings.BOUNDS[setting][:2]
     return "%s to %s" % (low, high)
 
 
@@ -73,7 +73,7 @@ def words(setting):
 def test_the_roles_state_the_range_and_their_default_lies_in_it(role, name, setting):
     option = role_option(role, name)
     assert words(setting) in text(option["description"]), "%s: the argument spec does not say %s" % (name, words(setting))
-    assert kv_watch.check_settings({setting: role_default(role, name)})[setting] == option["default"]
+    assert watch_settings.check_settings({setting: role_default(role, name)})[setting] == option["default"]
 
 
 @pytest.mark.parametrize("module, parents, setting", MODULE_OPTIONS,
@@ -82,18 +82,18 @@ def test_the_module_docs_state_the_range_and_their_default_lies_in_it(module, pa
     option = module_option(module, parents, setting)
     assert words(setting) in text(option["description"]), "%s %s: the docs do not say %s" % (module, setting,
                                                                                              words(setting))
-    assert kv_watch.check_settings({setting: option["default"]})
+    assert watch_settings.check_settings({setting: option["default"]})
 
 
 def test_every_bounded_setting_enters_somewhere_that_states_its_range():
     assert {setting for _role, _name, setting in ROLE_VARIABLES} | {
-        setting for _module, _parents, setting in MODULE_OPTIONS} == set(kv_watch.BOUNDS)
+        setting for _module, _parents, setting in MODULE_OPTIONS} == set(watch_settings.BOUNDS)
 
 
 def test_the_roles_defaults_pass_the_watchs_own_check():
-    assert kv_watch.check_settings({setting: role_default("sglang_service", name)
-                                    for role, name, setting in ROLE_VARIABLES if role == "sglang_service"})
-    assert kv_watch.check_settings(dict({setting: role_default("kv_tune", name) for role, name, setting
-                                         in ROLE_VARIABLES if role == "kv_tune"},
-                                        full_usage=role_default("kv_tune", "kv_tune_watch_full_usage"),
-                                        action=role_default("kv_tune", "kv_tune_watch_action")))
+    assert watch_settings.check_settings({setting: role_default("sglang_service", name)
+                                          for role, name, setting in ROLE_VARIABLES if role == "sglang_service"})
+    assert watch_settings.check_settings(dict({setting: role_default("kv_tune", name) for role, name, setting
+                                               in ROLE_VARIABLES if role == "kv_tune"},
+                                              full_usage=role_default("kv_tune", "kv_tune_watch_full_usage"),
+                                              action=role_default("kv_tune", "kv_tune_watch_action")))
