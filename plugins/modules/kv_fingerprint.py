@@ -338,7 +338,8 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.watch import journ
 from ansible_collections.llmserve.sglang.plugins.module_utils.watch.verdict import verdict as watch_verdict
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.fingerprint import (
     FingerprintError, fingerprint, fingerprint_hash, retune_reason)
-from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import GpuProbeError, PREFER_CHOICES, probe
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_fields import GpuProbeError
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import PREFER_CHOICES, probe
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_watch import control_group
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_journal, unit_properties)

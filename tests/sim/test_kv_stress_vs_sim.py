@@ -9,7 +9,7 @@ import time
 import pytest
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.nvidia_smi import probe_nvidia_smi
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.kv_stress import KvStressError, run_stress
 
 

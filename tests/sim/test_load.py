@@ -13,7 +13,7 @@ import simlib
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.watch import metrics
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.nvidia_smi import probe_nvidia_smi
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 
 # The field pool holds ~159k tokens: 24 prompts of 9,000 tokens (each one more than a prefill chunk) fill it, and the

@@ -22,7 +22,7 @@ import simlib
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_capacity_report
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import server_args as product_args
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.boot_trust import pool_findings
-from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.nvidia_smi import probe_nvidia_smi
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.pool_model import pool_residual_gib
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 

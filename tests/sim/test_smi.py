@@ -1,14 +1,14 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""sglang-sim-smi read by the collection's own nvidia-smi probe (module_utils/host/gpu_probe.py)."""
+"""sglang-sim-smi read by the collection's own nvidia-smi probe (module_utils/host/nvidia_smi.py)."""
 from __future__ import annotations
 
 import os
 
 import simlib
 
-from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import parse_csv, probe_nvidia_smi
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.nvidia_smi import parse_csv, probe_nvidia_smi
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_log import parse_startup_log
 
 MIB = 2 ** 20

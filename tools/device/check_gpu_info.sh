@@ -83,7 +83,9 @@ timeout 100 "$PYTHON" - "$COLL" "$OUT" <<'PY'
 import json, os, subprocess, sys, time
 coll, out = sys.argv[1], sys.argv[2]
 sys.path.insert(0, coll)
-from ansible_collections.llmserve.sglang.plugins.module_utils import gpu_probe as gp
+from ansible_collections.llmserve.sglang.plugins.module_utils.host import gpu_probe as gp
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_fields import GpuProbeError
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.nvml import describe_nvml_error
 
 MIB = 2 ** 20
 TOL = 64 * MIB  # free/used may move a little between two reads
@@ -110,7 +112,7 @@ def run_both(tag):
             r = results[prefer]
             print("%s %s: %d GPU(s), driver %s, CUDA %s, min_free_gib %s" % (
                 tag, prefer, r["gpu_count"], r["driver_version"], r["cuda_driver_version"], r["min_free_gib"]))
-        except gp.GpuProbeError as exc:
+        except GpuProbeError as exc:
             print("%s %s: GpuProbeError: %s" % (tag, prefer, exc))
             results[prefer] = None
     return results
@@ -149,7 +151,7 @@ def raw_nvml():
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        print("SKIP raw NVML: %s" % gp.describe_nvml_error(exc, pynvml))
+        print("SKIP raw NVML: %s" % describe_nvml_error(exc, pynvml))
         return
     rows = []
     try:

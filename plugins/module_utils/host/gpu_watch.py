@@ -10,7 +10,8 @@ import threading
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup import boot_trust
 from ansible_collections.llmserve.sglang.plugins.module_utils.host import host_files
-from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import GpuProbeError, free_memory_sampler
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_fields import GpuProbeError
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import free_memory_sampler
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import (
     C_LOCALE, SystemctlError, unit_properties)
 

@@ -152,7 +152,7 @@ class Window:
 class Watcher:
     """The watch of one unit: ``step(now)`` takes a sample from ``sources`` and, at each window's end, writes the
     window. ``sources`` has unit() -> {invocation, main_pid, control_group, trial} (None while nothing runs),
-    pids(cgroup) -> set, gpus() -> GPU dicts of gpu_probe, metrics() -> /metrics text, argv(pid) -> list. Every
+    pids(cgroup) -> set, gpus() -> GPU dicts (host/gpu_fields.py), metrics() -> /metrics text, argv(pid) -> list. Every
     failure of a source is counted in the window and the last one said; none stops the watch. The server's journal
     is root's to read (journal.attach_journal), not the watch's."""
 
