@@ -252,7 +252,11 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_fields import GpuProbeError
-from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import PREFER_CHOICES, free_memory_sampler, probe
+from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_probe import (
+    PREFER_CHOICES,
+    free_memory_sampler,
+    probe,
+)
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.gpu_watch import start_watch
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import C_LOCALE
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.kv_stress import min_free_per_gpu
