@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any, Callable
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.progress_lines import parse_line, value_text
 
@@ -43,12 +44,18 @@ COLUMNS = ("host", "class", "phase", "value", "KV tokens", "min free GiB", "rest
 
 
 class Row(object):
-    def __init__(self, label, now):
+    def __init__(self, label: str, now: float) -> None:
         self.label, self.started, self.updated = label, now, now
-        self.cls = self.value = self.tokens = self.free = self.detail = self.error = None
-        self.phase, self.restarts, self.ended = "waiting", 0, None
+        self.cls: str | None = None
+        self.value: str | None = None
+        self.tokens: int | None = None
+        self.free: float | None = None
+        self.detail: str | None = None
+        self.error: str | None = None
+        self.phase, self.restarts = "waiting", 0
+        self.ended: float | None = None
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"host": self.label, "class": self.cls, "phase": self.phase, "value": self.value,
                 "tokens": self.tokens, "min_free_gib": self.free, "restarts": self.restarts, "error": self.error,
                 "elapsed_s": round((self.ended or self.updated) - self.started, 1)}
@@ -58,16 +65,19 @@ class FleetView(object):
     """The rows of a run, from ansible-runner's events. ``clock`` gives seconds; ``changed`` collects the labels
     whose row changed since the caller last emptied it."""
 
-    def __init__(self, clock=time.monotonic):
-        self.clock, self.rows, self.changed = clock, {}, []
-        self.started, self.stats = clock(), {}
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.rows: dict[str, Row] = {}
+        self.changed: list[str] = []
+        self.started = clock()
+        self.stats: dict[str, Any] = {}
 
-    def row(self, label):
+    def row(self, label: str) -> Row:
         if label not in self.rows:
             self.rows[label] = Row(label, self.clock())
         return self.rows[label]
 
-    def _set(self, label, **values):
+    def _set(self, label: str, **values: Any) -> None:
         row, now = self.row(label), self.clock()
         if values.get("phase") == "restarting" and row.phase != "restarting":
             row.restarts += 1
@@ -81,7 +91,7 @@ class FleetView(object):
         if moved and label not in self.changed:
             self.changed.append(label)
 
-    def feed(self, event):
+    def feed(self, event: dict[str, Any]) -> None:
         """One event of ansible-runner (a dict as its event_handler gets it)."""
         kind, data = event.get("event"), event.get("event_data") or {}
         for line in (event.get("stdout") or "").splitlines():
@@ -102,7 +112,7 @@ class FleetView(object):
             self.stats = data.get("artifact_data") or {}
             self._final(self.stats)
 
-    def _line(self, line):
+    def _line(self, line: str) -> None:
         progress = parse_line(line)
         if progress:
             values = {"phase": progress["phase"], "detail": progress["detail"],
@@ -115,11 +125,11 @@ class FleetView(object):
         if trial:
             self._set(trial["label"], tokens=int(trial["tokens"].replace(",", "")), free=float(trial["free"]))
 
-    def _ok(self, host, res):
+    def _ok(self, host: str, res: dict[str, Any]) -> None:
         cls = (res.get("ansible_facts") or {}).get("kv_tune_class")
         if cls:
             self._set(host, cls=("%s %s" % (cls.get("role"), cls.get("class") or "")).strip())
-        units = res.get("units") if isinstance(res.get("units"), dict) and len(res["units"]) > 1 else {"": res}
+        units: Any = res.get("units") if isinstance(res.get("units"), dict) and len(res["units"]) > 1 else {"": res}
         if "" not in units:   # a host with several servers: a row each, not one for the host
             self.rows.pop(host, None)
         for unit, found in units.items():
@@ -136,8 +146,9 @@ class FleetView(object):
                 self._set(label, phase="pinned", value=_text(after.get("mem_fraction_static")),
                           tokens=after.get("tokens"), detail=None)
 
-    def _final(self, stats):
+    def _final(self, stats: dict[str, Any]) -> None:
         """What the run handed on (llmserve_kv_tune, llmserve_rollout) settles each row."""
+        handed: Any
         for handed in (stats.get("llmserve_kv_tune"), stats.get("llmserve_rollout")):
             for entry in (handed or {}).get("hosts", []):
                 failed = entry["host"] in handed.get("failed", [])
@@ -152,13 +163,13 @@ class FleetView(object):
                     values["error"] = entry.get("error") or entry.get("status")
                 self._set(entry["host"], **values)
 
-    def failed(self):
+    def failed(self) -> list[str]:
         """The hosts the run failed or left on their last-known-good value."""
-        handed = [self.stats.get(key) for key in ("llmserve_kv_tune", "llmserve_rollout") if self.stats.get(key)]
+        handed: list[Any] = [self.stats.get(key) for key in ("llmserve_kv_tune", "llmserve_rollout") if self.stats.get(key)]
         named = {host for found in handed for host in found.get("failed", [])}
         return sorted(named | {label for label, row in self.rows.items() if row.phase == "failed"})
 
-    def mid_trial(self):
+    def mid_trial(self) -> list[Row]:
         """The hosts caught in a trial (a stop now leaves them to go back by themselves)."""
         return [row for row in self.rows.values() if row.phase in MID_TRIAL]
 
@@ -167,21 +178,21 @@ class FleetView(object):
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def printable(text):
+def printable(text: Any) -> str:
     """``text`` safe to print: each control character as its escape (``\\x1b``); a newline and a tab too, so that a
     row stays one line."""
     return CONTROL.sub(lambda found: "\\x%02x" % ord(found.group()), str(text))
 
 
-def _text(value):
+def _text(value: Any) -> str | None:
     return None if value is None else value_text(value)
 
 
-def _final_phase(status):
+def _final_phase(status: str) -> str:
     return {"tuned": "pinned", "upgraded": "done"}.get(status, "unchanged" if status == "unchanged" else status)
 
 
-def _cells(row, now):
+def _cells(row: Row, now: float) -> list[str]:
     elapsed = int((row.ended or now) - row.started)
     phase = row.phase + (" (%s)" % row.detail if row.detail else "")
     return [printable(cell) for cell in (
@@ -190,12 +201,12 @@ def _cells(row, now):
         "%dm%02ds" % (elapsed // 60, elapsed % 60))]
 
 
-def _shown_first(row):
+def _shown_first(row: Row) -> tuple[int, str]:
     """Hosts at work first, then failed ones, then the rest (those that ended well), each in name order."""
     return (0 if row.phase not in FINAL else 1 if row.phase == "failed" else 2, row.label)
 
 
-def render_table(view, title, now, max_rows=None):
+def render_table(view: FleetView, title: str, now: float, max_rows: int | None = None) -> str:
     """The whole screen: a title line with the counts, then one row per host; with ``max_rows`` (a terminal's
     height) and more hosts than that, the hosts at work and the failed ones, and a last line that counts the
     others."""
@@ -205,7 +216,7 @@ def render_table(view, title, now, max_rows=None):
     shown = ordered[:len(ordered) - len(hidden)]
     rows = [_cells(row, now) for row in shown]
     widths = [max([len(column)] + [len(cells[i]) for cells in rows]) for i, column in enumerate(COLUMNS)]
-    counts = {}
+    counts: dict[str, int] = {}
     for row in view.rows.values():
         counts[row.phase] = counts.get(row.phase, 0) + 1
     spent = int(now - view.started)
@@ -215,7 +226,7 @@ def render_table(view, title, now, max_rows=None):
     lines = [head, "  ".join(column.ljust(widths[i]) for i, column in enumerate(COLUMNS))]
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip() for cells in rows]
     if hidden:
-        more = {}
+        more: dict[str, int] = {}
         for row in hidden:
             more[row.phase] = more.get(row.phase, 0) + 1
         lines.append("... and %d more: %s" % (len(hidden), ", ".join(
@@ -223,7 +234,7 @@ def render_table(view, title, now, max_rows=None):
     return "\n".join(lines)
 
 
-def plain_line(row, now):
+def plain_line(row: Row, now: float) -> str:
     """A row as one line, for output that is not a terminal."""
     cells = _cells(row, now)
     return "%s %s: %s%s%s%s, %s restart(s), %s%s" % (
@@ -232,12 +243,13 @@ def plain_line(row, now):
         else "", cells[6], cells[7], " - %s" % _short(row.error) if row.phase == "failed" and row.error else "")
 
 
-def _short(text, limit=160):
+def _short(text: Any, limit: int = 160) -> str:
     text = printable(" ".join(str(text).split()))
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def fleet_report(view, title, out_dir, exit_code, now):
+def fleet_report(view: FleetView, title: str, out_dir: str, exit_code: int,
+                 now: float) -> list[str]:
     """fleet.json, fleet.md and, when matplotlib is there and tokens are known, fleet.png in ``out_dir``; the
     paths written."""
     os.makedirs(out_dir, exist_ok=True)
@@ -246,7 +258,7 @@ def fleet_report(view, title, out_dir, exit_code, now):
               for entry in (view.stats.get("llmserve_kv_tune") or {}).get("hosts", [])}
     for row in rows:
         row["tokens_before"] = before.get(row["host"])
-    data = {"title": title, "exit_code": exit_code, "failed": view.failed(), "hosts": rows, "handed_on": view.stats}
+    data: dict[str, Any] = {"title": title, "exit_code": exit_code, "failed": view.failed(), "hosts": rows, "handed_on": view.stats}
     written = [os.path.join(out_dir, "fleet.json"), os.path.join(out_dir, "fleet.md")]
     with open(written[0], "w", encoding="utf-8") as out:
         out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -259,7 +271,7 @@ def fleet_report(view, title, out_dir, exit_code, now):
     return written + ([png] if png else [])
 
 
-def _plot(rows, title, path):
+def _plot(rows: list[dict[str, Any]], title: str, path: str) -> str | None:
     known = [row for row in rows if row["tokens"]]
     if not known:
         return None
@@ -285,7 +297,7 @@ def _plot(rows, title, path):
     return path
 
 
-def _arguments(argv):
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="llmserve-fleet", description=(
         "Run one of llmserve.sglang's playbooks on an inventory and watch every host: a table redrawn in place on a "
         "terminal, plain lines otherwise; the fleet report at the end; exit 2 when a host failed or was left on its "
@@ -309,7 +321,7 @@ class ExtraVarsError(ValueError):
     """An ``-e`` that ansible-playbook would refuse or read otherwise than meant: the message names it."""
 
 
-def check_extra_vars(items, cwd):
+def check_extra_vars(items: list[str], cwd: str) -> list[str]:
     """The ``-e`` arguments as ansible-playbook reads them (``key=value`` words, YAML or JSON, ``@file``), each
     checked before anything runs with Ansible's own parsers, and passed on unchanged but for ``@file`` made
     absolute against ``cwd``. A ``@file`` is only checked to be a readable file: it may be vault-encrypted."""
@@ -317,7 +329,7 @@ def check_extra_vars(items, cwd):
     from ansible.parsing.dataloader import DataLoader
     from ansible.parsing.splitter import parse_kv
 
-    checked = []
+    checked: list[str] = []
     for item in items:
         if item.startswith("@"):
             path = os.path.join(cwd, os.path.expanduser(item[1:]))
@@ -342,7 +354,7 @@ def check_extra_vars(items, cwd):
     return checked
 
 
-def runner_cmdline(defaults, extra_vars, options):
+def runner_cmdline(defaults: dict[str, Any], extra_vars: list[str], options: list[str]) -> str | None:
     """ansible-playbook's arguments after the playbook: the command's own defaults first, so that the operator's
     ``-e`` (in their order) override them as ansible-playbook's later ``-e`` does, then ``options``."""
     words = (["-e", json.dumps(defaults, sort_keys=True)] if defaults else []) + options
@@ -351,7 +363,7 @@ def runner_cmdline(defaults, extra_vars, options):
     return " ".join(shlex.quote(word) for word in words) or None
 
 
-def forget_secrets(private):
+def forget_secrets(private: str) -> None:
     """What ansible-runner keeps of a run holds its whole command line (``artifacts/*/command``, with every ``-e``
     value: an API key given with -e) and, where it wrote them, its inputs (``env/``): gone, so that a kept directory
     holds the events and the output only."""
@@ -363,7 +375,7 @@ def forget_secrets(private):
             os.unlink(command)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     """The console command; its exit code."""
     import ansible_runner
 
@@ -375,50 +387,23 @@ def main(argv=None):
     except ExtraVarsError as exc:
         sys.stderr.write("llmserve-fleet: %s; nothing was run\n" % exc)
         return 2
-    defaults = {"tune": {"kv_tune_report_dir": report_dir},
-                "rollout": {"rollout_report_dir": report_dir}}.get(args.playbook, {})
     title = "llmserve-fleet %s on %s" % (args.playbook, args.inventory)
     view, lock, stopped = FleetView(), threading.Lock(), threading.Event()
 
-    def handle(event):
+    def handle(event: dict[str, Any]) -> bool:
         with lock:
             view.feed(event)
         return True
 
-    def interrupt(_signum, _frame):
+    def interrupt(_signum: int, _frame: Any) -> None:
         stopped.set()
 
     previous = signal.signal(signal.SIGINT, interrupt)
-    options = (["--vault-password-file", os.path.abspath(args.vault_password_file)] if args.vault_password_file
-               else []) + (["--list-hosts"] if args.list_hosts else [])
-    cmdline = runner_cmdline(defaults, extra_vars, options)
     private = tempfile.mkdtemp(prefix="llmserve-fleet-")
-    # The ansible-playbook installed beside this command (a virtualenv that is not activated) first.
-    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
-    thread, runner = ansible_runner.run_async(
-        # ansible-playbook runs where this command runs: the same ansible.cfg, collections and relative paths.
-        private_data_dir=private, project_dir=os.getcwd(), playbook=PLAYBOOKS[args.playbook],
-        inventory=os.path.abspath(args.inventory),
-        # Nothing written under env/: the -e values (secrets among them) live only on ansible-playbook's command line.
-        cmdline=cmdline, suppress_env_files=True, quiet=True, event_handler=handle, cancel_callback=stopped.is_set,
-        envvars={"ANSIBLE_NOCOLOR": "1", "PATH": path})
-    said = 0.0
+    thread, runner = _run_playbook(ansible_runner.run_async, args, extra_vars, report_dir, private, handle,
+                                   stopped.is_set)
     try:
-        while thread.is_alive():
-            thread.join(0.5)
-            with lock:
-                now = time.monotonic()
-                if tty:
-                    if view.changed or now - said >= 1.0:
-                        # A fleet taller than the terminal: the hosts at work and the failed ones, the rest counted.
-                        height = shutil.get_terminal_size().lines - 3
-                        sys.stdout.write("\x1b[H\x1b[2J" + render_table(view, title, now, max(height, 5)) + "\n")
-                        sys.stdout.flush()
-                        said = now
-                else:
-                    for label in view.changed:
-                        print(plain_line(view.rows[label], now), flush=True)
-                view.changed = []
+        _follow(thread, view, lock, title, tty)
     finally:
         signal.signal(signal.SIGINT, previous)
         forget_secrets(private)
@@ -429,28 +414,79 @@ def main(argv=None):
     now = time.monotonic()
     if tty:
         sys.stdout.write("\x1b[H\x1b[2J" + render_table(view, title, now) + "\n")
-    if stopped.is_set():
-        caught = view.mid_trial()
-        print("interrupted: ansible-playbook was stopped. %s" % (
-            "In a trial, each going back to its last-known-good value by itself (the tuner's revert, else the "
-            "host's revert timer, kv_tune_confirm_timeout): %s." % ", ".join(
-                printable("%s (%s %s)" % (row.label, row.phase, row.value or "")) for row in caught)
-            if caught else "No host was in a trial."))
-        code = 130
-    else:
-        failed = view.failed()
-        code = 2 if failed else (0 if runner.rc == 0 else runner.rc or 1)
-        if failed:
-            print("failed or left on the last-known-good value: %s" % ", ".join(map(printable, failed)))
-            for label in failed:
-                if label in view.rows and view.rows[label].error:
-                    print("  %s: %s" % (printable(label), _short(view.rows[label].error)))
-        elif code:
-            print("ansible-playbook exited %s (%s)" % (runner.rc, runner.status))
+    code = _interrupted(view) if stopped.is_set() else _finished(view, runner)
     for path in fleet_report(view, title, report_dir, code, now):
         print("fleet report: %s" % path)
     if code == 0:
         shutil.rmtree(private, ignore_errors=True)
     else:
         print("ansible-runner's artifacts of this run (its events and output): %s" % private)
+    return code
+
+
+def _run_playbook(run_async: Callable[..., Any], args: argparse.Namespace, extra_vars: list[str], report_dir: str,
+                  private: str, handle: Callable[[dict[str, Any]], bool],
+                  cancelled: Callable[[], bool]) -> tuple[threading.Thread, Any]:
+    """ansible-runner's (thread, runner) of the playbook ``args`` name, started in ``private`` with the command's
+    defaults and the checked ``extra_vars``; every event goes to ``handle``, and ``cancelled`` stops it."""
+    defaults = {"tune": {"kv_tune_report_dir": report_dir},
+                "rollout": {"rollout_report_dir": report_dir}}.get(args.playbook, {})
+    options = (["--vault-password-file", os.path.abspath(args.vault_password_file)] if args.vault_password_file
+               else []) + (["--list-hosts"] if args.list_hosts else [])
+    cmdline = runner_cmdline(defaults, extra_vars, options)
+    # The ansible-playbook installed beside this command (a virtualenv that is not activated) first.
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
+    return run_async(
+        # ansible-playbook runs where this command runs: the same ansible.cfg, collections and relative paths.
+        private_data_dir=private, project_dir=os.getcwd(), playbook=PLAYBOOKS[args.playbook],
+        inventory=os.path.abspath(args.inventory),
+        # Nothing written under env/: the -e values (secrets among them) live only on ansible-playbook's command line.
+        cmdline=cmdline, suppress_env_files=True, quiet=True, event_handler=handle, cancel_callback=cancelled,
+        envvars={"ANSIBLE_NOCOLOR": "1", "PATH": path})
+
+
+def _follow(thread: threading.Thread, view: FleetView, lock: threading.Lock, title: str, tty: bool) -> None:
+    """Until the run's ``thread`` ends: the table redrawn in place on a terminal (``tty``) when a row changed or a
+    second passed, else a plain line for each row that changed."""
+    said = 0.0
+    while thread.is_alive():
+        thread.join(0.5)
+        with lock:
+            now = time.monotonic()
+            if tty:
+                if view.changed or now - said >= 1.0:
+                    # A fleet taller than the terminal: the hosts at work and the failed ones, the rest counted.
+                    height = shutil.get_terminal_size().lines - 3
+                    sys.stdout.write("\x1b[H\x1b[2J" + render_table(view, title, now, max(height, 5)) + "\n")
+                    sys.stdout.flush()
+                    said = now
+            else:
+                for label in view.changed:
+                    print(plain_line(view.rows[label], now), flush=True)
+            view.changed = []
+
+
+def _interrupted(view: FleetView) -> int:
+    """Says which hosts Ctrl-C caught in a trial; the exit code of an interrupted run."""
+    caught = view.mid_trial()
+    print("interrupted: ansible-playbook was stopped. %s" % (
+        "In a trial, each going back to its last-known-good value by itself (the tuner's revert, else the "
+        "host's revert timer, kv_tune_confirm_timeout): %s." % ", ".join(
+            printable("%s (%s %s)" % (row.label, row.phase, row.value or "")) for row in caught)
+        if caught else "No host was in a trial."))
+    return 130
+
+
+def _finished(view: FleetView, runner: Any) -> int:
+    """Says which hosts failed or were left on their last-known-good value, or how ansible-playbook ended otherwise;
+    the exit code of a run that ended: 2 when a host failed, else ansible-playbook's."""
+    failed = view.failed()
+    code = 2 if failed else (0 if runner.rc == 0 else runner.rc or 1)
+    if failed:
+        print("failed or left on the last-known-good value: %s" % ", ".join(map(printable, failed)))
+        for label in failed:
+            if label in view.rows and view.rows[label].error:
+                print("  %s: %s" % (printable(label), _short(view.rows[label].error)))
+    elif code:
+        print("ansible-playbook exited %s (%s)" % (runner.rc, runner.status))
     return code

@@ -5,6 +5,8 @@
 needs, the multimodal reservation, and the what-ifs (idle headroom, hierarchical cache, the observed log)."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import GIB, KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_cell import cell_and_plan
@@ -34,7 +36,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_versio
 )
 
 
-def mm_reservation_gib(shape, sglang_version=None, mm_feature_transport=None):
+def mm_reservation_gib(shape: Any, sglang_version: str | None = None, mm_feature_transport: str | None = None) -> float:
     """GiB a multimodal model reserves out of the KV budget (>= 0.5.18: SGLANG_VLM_CACHE_SIZE_MB = 100, plus
     SGLANG_MM_FEATURE_CACHE_MB = 1024 with the cuda_ipc/cuda_vmm feature transport); env overrides not modelled."""
     if not shape.is_vlm or not since(sglang_version, V_VLM_RESERVATION):
@@ -45,7 +47,7 @@ def mm_reservation_gib(shape, sglang_version=None, mm_feature_transport=None):
     return mib / 1024
 
 
-def _observed_tokens(observed):
+def _observed_tokens(observed: Any) -> int | None:
     if not observed:
         return None
     if not isinstance(observed, dict):
@@ -59,8 +61,9 @@ def _observed_tokens(observed):
     return None
 
 
-def _idle_headroom(f, p, a, mm, sizes_at, observed, free_after_start_gib, safety_margin_gib, issues):
-    out = {"free_after_start_gib": None, "headroom_mem_fraction": None, "headroom_kv_budget_gib": None,
+def _idle_headroom(f: float, p: float, a: float, mm: float, sizes_at: Callable[[float], dict[str, Any]], observed: Any,
+                   free_after_start_gib: Any, safety_margin_gib: Any, issues: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"free_after_start_gib": None, "headroom_mem_fraction": None, "headroom_kv_budget_gib": None,
            "headroom_tokens": None}
     m = free_after_start_gib
     if m is None and isinstance(observed, dict):
@@ -86,10 +89,11 @@ def _idle_headroom(f, p, a, mm, sizes_at, observed, free_after_start_gib, safety
     return out
 
 
-def _hicache(tokens, cell, page_size, ranks, hicache_ratio, hicache_size_gb):
+def _hicache(tokens: int, cell: Any, page_size: int, ranks: int, hicache_ratio: Any,
+             hicache_size_gb: Any) -> dict[str, Any]:
     """HostKVCache (memory_pool_host.py): size = int(device tokens * ratio), or int(size_gb * 1e9 // bytes per token);
     then (size // page + 1) * page. Host bytes per token = the target's per-token KV (no draft)."""
-    out = {"hicache_host_tokens": None, "hicache_host_gib_per_rank": None, "hicache_host_gib_total": None}
+    out: dict[str, Any] = {"hicache_host_tokens": None, "hicache_host_gib_per_rank": None, "hicache_host_gib_total": None}
     if hicache_ratio is None and hicache_size_gb is None:
         return out
     if cell is None:
@@ -131,7 +135,39 @@ CAPACITY_OPTIONS = {
 class CapacityOptions(object):
     """capacity()'s options as attributes: CAPACITY_OPTIONS with the given ones over them, checked."""
 
-    def __init__(self, options):
+    # Each of CAPACITY_OPTIONS, set by __init__ (as given: the checks of each are where it is read).
+    tp_size: Any
+    dp_size: Any
+    enable_dp_attention: Any
+    kv_cache_dtype: Any
+    page_size: int
+    sglang_version: str | None
+    max_total_tokens: Any
+    max_running_requests: Any
+    swa_full_tokens_ratio: Any
+    dsa_kv_layout: Any
+    mm_feature_transport: str | None
+    speculative_algorithm: str | None
+    draft_layers: Any
+    speculative_num_steps: Any
+    speculative_eagle_topk: Any
+    speculative_num_draft_tokens: Any
+    mamba_ssm_dtype: Any
+    mamba_full_memory_ratio: Any
+    max_mamba_cache_size: Any
+    disable_radix_cache: Any
+    chunked_prefill_size: Any
+    disable_overlap_schedule: Any
+    gpu_memory_mib: Any
+    environment: Any
+    target_tokens: Any
+    free_after_start_gib: Any
+    safety_margin_gib: Any
+    hicache_ratio: Any
+    hicache_size_gb: Any
+    observed: Any
+
+    def __init__(self, options: dict[str, Any]) -> None:
         unknown = sorted(set(options) - set(CAPACITY_OPTIONS))
         if unknown:
             raise KvModelError("capacity() has no option %s" % ", ".join(unknown))
@@ -142,7 +178,8 @@ class CapacityOptions(object):
             checks.integer(name, getattr(self, name), KvModelError, minimum=1, allow_none=True)
 
 
-def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, **options):
+def capacity(shape: Any, mem_fraction_static: Any, pre_load_free_gib: Any, post_load_free_gib: Any,
+             **options: Any) -> dict[str, Any]:
     """The KV pool SGLang builds for one model, server arguments, P, A and f; what f a target needs; and, with
     observed startup facts (the sglang_startup_facts module's result), how far the prediction is from the log.
 
@@ -176,23 +213,7 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     lowest = lowest_viable_fraction(p, a, mm_reservation_gib=mm)
     sizes = model.sizes_at(f)
     tokens = sizes["max_total_num_tokens"]
-    if sizes.get("refused"):
-        issues.append("SGLang %s does not start with this at mem_fraction_static=%r: %s"
-                      % (o.sglang_version or "(newest)", f, sizes["refused"]))
-    elif tokens == 0 and swa is not None and swa.get("request_cap") is not None and budget - mm > 0:
-        issues.append("SGLang %s does not start with this: the sliding-window pool's request cap (%d tokens for "
-                      "max_running_requests %d) leaves no room for the full KV pool at mem_fraction_static=%r"
-                      % (o.sglang_version or "(newest)", swa["request_cap"], o.max_running_requests, f))
-    elif tokens == 0:
-        issues.append("the KV budget at mem_fraction_static=%r is %.3f GiB: SGLang refuses to start (raise "
-                      "mem_fraction_static above %.4f)" % (f, budget - mm, lowest))
-    if swa is None:
-        pool_bytes = tokens * cell
-    else:
-        full_layers = swa["full_layers"] + swa["draft_layers"]
-        swa_tokens = sizes["swa_max_total_num_tokens"] or 0
-        pool_bytes = (tokens * swa["full_bytes"] * full_layers + swa_tokens * swa["swa_bytes"] * swa["swa_layers"]
-                      if swa["full_layers"] else swa_tokens * swa["swa_bytes"] * swa["swa_layers"])
+    issues.extend(_start_issues(o, f, sizes, swa, budget - mm, lowest))
     pools = o.dp_size if checks.is_integer(o.dp_size) else 1
     result = {
         "sglang_era": kv_era(o.sglang_version),
@@ -205,7 +226,7 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
         "max_total_num_tokens": tokens,
         "swa_max_total_num_tokens": sizes["swa_max_total_num_tokens"],
         "eagle_headroom_tokens": sizes["eagle_headroom_tokens"],
-        "kv_pool_gib": round(pool_bytes / GIB, 4),
+        "kv_pool_gib": round(_pool_bytes(tokens, cell, swa, sizes) / GIB, 4),
         "kv_pools": pools,
         "total_kv_tokens": tokens * pools,
         "min_mem_fraction_static": round(lowest, 6),
@@ -224,18 +245,51 @@ def capacity(shape, mem_fraction_static, pre_load_free_gib, post_load_free_gib, 
     ranks = (o.tp_size if o.enable_dp_attention else o.tp_size * pools)
     result.update(_hicache(tokens, plan["target_cell"], o.page_size, ranks, o.hicache_ratio, o.hicache_size_gb))
     if o.observed:
-        seen = _observed_tokens(o.observed)
-        result["observed_tokens"] = seen
-        result["predicted_tokens"] = tokens
-        result["prediction_error_pct"] = (round((tokens - seen) / seen * 100, 4) if seen else None)
+        result.update(_against_observed(o.observed, tokens))
     return result
+
+
+def _start_issues(o: CapacityOptions, f: float, sizes: dict[str, Any], swa: dict[str, Any] | None,
+                  budget_gib: float, lowest: float) -> list[str]:
+    """Why SGLang would not start with the pool ``sizes`` at ``f`` (``budget_gib`` the KV budget less the
+    multimodal reservation, ``lowest`` the lowest viable f): one sentence, or none."""
+    tokens = sizes["max_total_num_tokens"]
+    if sizes.get("refused"):
+        return ["SGLang %s does not start with this at mem_fraction_static=%r: %s"
+                % (o.sglang_version or "(newest)", f, sizes["refused"])]
+    if tokens == 0 and swa is not None and swa.get("request_cap") is not None and budget_gib > 0:
+        return ["SGLang %s does not start with this: the sliding-window pool's request cap (%d tokens for "
+                "max_running_requests %d) leaves no room for the full KV pool at mem_fraction_static=%r"
+                % (o.sglang_version or "(newest)", swa["request_cap"], o.max_running_requests, f)]
+    if tokens == 0:
+        return ["the KV budget at mem_fraction_static=%r is %.3f GiB: SGLang refuses to start (raise "
+                "mem_fraction_static above %.4f)" % (f, budget_gib, lowest)]
+    return []
+
+
+def _pool_bytes(tokens: int, cell: Any, swa: dict[str, Any] | None, sizes: dict[str, Any]) -> float:
+    """The bytes of the KV pool: ``tokens`` cells, or a hybrid sliding-window model's full and window pools."""
+    if swa is None:
+        return tokens * cell
+    full_layers = swa["full_layers"] + swa["draft_layers"]
+    swa_tokens = sizes["swa_max_total_num_tokens"] or 0
+    return (tokens * swa["full_bytes"] * full_layers + swa_tokens * swa["swa_bytes"] * swa["swa_layers"]
+            if swa["full_layers"] else swa_tokens * swa["swa_bytes"] * swa["swa_layers"])
+
+
+def _against_observed(observed: Any, tokens: int) -> dict[str, Any]:
+    """The prediction of ``tokens`` against the observed startup facts: observed_tokens, predicted_tokens and
+    prediction_error_pct ((predicted - observed) / observed * 100, None without an observed pool)."""
+    seen = _observed_tokens(observed)
+    return {"observed_tokens": seen, "predicted_tokens": tokens,
+            "prediction_error_pct": (round((tokens - seen) / seen * 100, 4) if seen else None)}
 
 
 class _PoolModel(object):
     """The pools SGLang sizes for one model and its options at any f, from P and A: the KV cell and plan
     (kv_cell), the multimodal reservation, and for a hybrid linear-attention model its state pool, carved first."""
 
-    def __init__(self, shape, p, a, o):
+    def __init__(self, shape: Any, p: float, a: float, o: CapacityOptions) -> None:
         self.p, self.a, self.o = p, a, o
         self.cell, self.plan = cell_and_plan(shape, o.tp_size, o.dp_size, o.enable_dp_attention, o.kv_cache_dtype,
                                              o.sglang_version, o.speculative_algorithm, o.draft_layers,
@@ -266,7 +320,7 @@ class _PoolModel(object):
             max_running_requests=o.max_running_requests, dp_size=o.dp_size if o.enable_dp_attention else 1,
             radix_forced_off=shape.linear_state is not None and shape.linear_state.kind == "mamba2")
 
-    def sizes_at(self, frac):
+    def sizes_at(self, frac: float) -> dict[str, Any]:
         rest = self.a - self.p * (1 - frac) - self.mm
         if self.per_request is None:
             return self._admits(pool_sizes(rest, self.cell, **self.pool_args))
@@ -275,7 +329,7 @@ class _PoolModel(object):
         sizes.update(mamba_cache_size=slots, mamba_state_gib=state_gib)
         return sizes
 
-    def _admits(self, sizes):
+    def _admits(self, sizes: dict[str, Any]) -> dict[str, Any]:
         """From 0.5.16 HybridSWAPoolConfigurator (validate_swa_pool_size from 0.5.20) refuses to start when the
         ratio-split SWA pool holds no more than window + page tokens (one request's prefill floor): no pool at all."""
         swa, window = self.swa, gpt_oss_window(self.shape)
@@ -292,14 +346,14 @@ class _PoolModel(object):
 _ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")   # environ.py EnvBool
 
 
-def post_capture_sizing(shape, sglang_version, environment):
+def post_capture_sizing(shape: Any, sglang_version: str | None, environment: Any) -> bool:
     """Whether SGLang ``sglang_version`` sizes this model's pool after CUDA-graph capture, with the server's
     ``environment`` (server_args.SIZING_VARIABLES it sets): then A - P x (1 - f) is not what sizes it. KvModelError for a value
     SGLang rejects."""
     return _post_capture_sizing(shape, CapacityOptions({"sglang_version": sglang_version, "environment": environment}))
 
 
-def _post_capture_sizing(shape, o):
+def _post_capture_sizing(shape: Any, o: CapacityOptions) -> bool:
     """True when SGLang sizes the KV pool after CUDA-graph capture (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, from
     0.5.16; on by default for Muse Spark in 0.5.23); it skips MLA models. KvModelError for a value SGLang rejects."""
     if not since(o.sglang_version, V_POST_CAPTURE_SIZING):
@@ -319,7 +373,7 @@ def _post_capture_sizing(shape, o):
     return on and shape.attention == "mha"
 
 
-def _refuse_where_sglang_does(shape, swa, o):
+def _refuse_where_sglang_does(shape: Any, swa: dict[str, Any] | None, o: CapacityOptions) -> None:
     """KvModelError for a configuration the stated SGLang release does not start with: no token figure for it; and
     for one whose pool the formula does not size (post-capture sizing)."""
     if _post_capture_sizing(shape, o):
@@ -340,7 +394,7 @@ def _refuse_where_sglang_does(shape, swa, o):
         raise KvModelError("SGLang %s does not start with this: %s" % (version, why))
 
 
-def gpt_oss_window(shape):
+def gpt_oss_window(shape: Any) -> int | None:
     """The attention window SGLang gives a gpt-oss model (get_attention_sliding_window_size: sliding_window - 1);
     None for other models, whose window rules are not modelled."""
     if shape.architecture != "GptOssForCausalLM" or not checks.is_integer(shape.sliding_window):
@@ -351,7 +405,7 @@ def gpt_oss_window(shape):
 SWA_EVICTION_INTERVAL = 128   # SGLANG_SWA_EVICTION_INTERVAL's default (environ.py, 0.5.14 - 0.5.23)
 
 
-def swa_request_cap(shape, swa, o):
+def swa_request_cap(shape: Any, swa: dict[str, Any] | None, o: CapacityOptions) -> int | None:
     """The SWA pool's tokens when SGLang >= 0.5.14 sizes it from --max-running-requests (the radix cache off, a
     chunked prefill; SWAChunkCapPoolConfigurator, in 0.5.22 SWARequestCapPoolConfigurator), else None:
     (window + interval + 2 * page) * requests + chunks in flight * chunked_prefill_size + page."""
@@ -389,7 +443,7 @@ def swa_request_cap(shape, swa, o):
     return per_request * requests + (1 if o.disable_overlap_schedule else 2) * chunk + o.page_size
 
 
-def _model_class_issue(shape, sglang_version):
+def _model_class_issue(shape: Any, sglang_version: str | None) -> str | None:
     absent = model_class_missing(shape.architecture, sglang_version)
     if absent is None:
         return None
@@ -398,13 +452,13 @@ def _model_class_issue(shape, sglang_version):
             % (sglang_version, shape.architecture, absent))
 
 
-def _for_target(model, o, lowest, issues):
+def _for_target(model: _PoolModel, o: CapacityOptions, lowest: float, issues: list[str]) -> float | None:
     """The smallest f whose whole-model pool (speculative headroom, hybrid SWA, the cap) holds target_tokens, above
     the same lowest f; None without a target or out of reach (said in ``issues``)."""
     if o.target_tokens is None:
         return None
 
-    def tokens_at(frac):
+    def tokens_at(frac: float) -> int:
         return model.sizes_at(frac)["max_total_num_tokens"]
     for_target = smallest_fraction(tokens_at, o.target_tokens, lowest, F_MAX)
     if for_target is None:

@@ -231,7 +231,7 @@ def model_shape(config, dtype="auto"):
     """Read what the KV cache depends on from a Hugging Face config.json (a dict), following text_config,
     language_config, llm_config or thinker_config for multimodal models. `dtype` is SGLang's --dtype.
 
-    One function on purpose (89 lines): it reads the config in one order (compressed attention, the linear state of
+    One function on purpose (93 lines): it reads the config in one order (compressed attention, the linear state of
     hybrid models, MLA and its indexer, the head sizes, the vision tower, KV quantization), each step using what the
     earlier ones found; the details of each are the helpers it calls."""
     if isinstance(config, ModelShape):

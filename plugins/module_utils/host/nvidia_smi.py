@@ -141,7 +141,7 @@ def gpus_from_smi(gpu_rows: list[dict[str, Any]],
     that is not one of the GPUs (a MIG device) is left out.
     """
     gpus: list[dict[str, Any]] = []
-    by_uuid: dict[str, dict[str, Any]] = {}
+    by_uuid: dict[Any, dict[str, Any]] = {}
     for row in gpu_rows:
         where = "GPU %s" % row.get("index")
         index = _int(row.get("index"), "%s index" % where)
@@ -154,7 +154,7 @@ def gpus_from_smi(gpu_rows: list[dict[str, Any]],
         used = _mib_to_bytes(row.get("memory.used"), where + " memory.used")
         if used is None and total is not None and free is not None:
             used = max(0, total - free - (reserved or 0))
-        gpu = {
+        gpu: dict[str, Any] = {
             "index": index,
             "uuid": row.get("uuid"),
             "name": row.get("name"),
@@ -173,10 +173,10 @@ def gpus_from_smi(gpu_rows: list[dict[str, Any]],
         pid = _int(row.get("pid"), "compute app pid")
         if pid is None:
             raise GpuProbeError("nvidia-smi listed a compute process without a pid: %r" % (row,))
-        gpu = by_uuid.get(row.get("gpu_uuid"))
-        if gpu is None:  # e.g. a MIG device UUID: not one of the GPUs reported
+        owner = by_uuid.get(row.get("gpu_uuid"))
+        if owner is None:  # e.g. a MIG device UUID: not one of the GPUs reported
             continue
-        gpu["compute_processes"].append({
+        owner["compute_processes"].append({
             "pid": pid,
             "name": row.get("process_name"),
             "used_memory_bytes": _mib_to_bytes(row.get("used_memory"), "pid %d used_memory" % pid),

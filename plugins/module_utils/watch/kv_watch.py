@@ -42,7 +42,8 @@ def current_pool(records: list[dict[str, Any]], invocation_id: str | None, now: 
 def missed_value(pin: dict[str, Any] | None, fingerprint_hash: str | None) -> float | None:
     """The value that missed under real traffic (the pin's ``missed``, written when a near miss lowered it), while
     the memory picture is the one it missed on (the pin's fingerprint is ``fingerprint_hash``); else None."""
-    missed = (pin or {}).get("missed")
+    pin = pin or {}
+    missed: Any = pin.get("missed")
     if not checks.is_number(missed) or not fingerprint_hash or pin.get("fingerprint_hash") != fingerprint_hash:
         return None
     return float(missed)
@@ -53,7 +54,8 @@ def same_pin(pin: dict[str, Any] | None, entry: dict[str, Any]) -> bool:
     the same fingerprint, and a verified pool within POOL_TOLERANCE of the old one (a pool that came back smaller is
     a new memory picture, whose windows start again)."""
     pin = pin or {}
-    old_tokens, new_tokens = pin.get("tokens"), entry.get("tokens")
+    old_tokens: Any = pin.get("tokens")
+    new_tokens: Any = entry.get("tokens")
     return bool(pin.get("time")) and pin.get("fingerprint_hash") == entry.get("fingerprint_hash") \
         and checks.is_number(pin.get("mem_fraction_static")) \
         and abs(pin["mem_fraction_static"] - entry["mem_fraction_static"]) < 1e-9 \

@@ -63,7 +63,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = LazyOpener(urllib.request.ProxyHandler({}), _NoRedirect)
 
 
-def _os_words(exc: BaseException) -> str:
+def _os_words(exc: object) -> str:
     """What went wrong in the watch's own words: an OS error's text, else the exception's kind (the message of an
     http.client error quotes what the server sent)."""
     if isinstance(exc, TimeoutError):
@@ -116,9 +116,10 @@ def parse_metrics(text: str, parser: Any = None) -> dict[str, Any]:
     None). Raises MetricsError on a text prometheus_client cannot parse or one without sglang:token_usage."""
     if parser is None:
         try:
-            from prometheus_client import parser  # pylint: disable=import-outside-toplevel
+            from prometheus_client import parser as prometheus_parser  # pylint: disable=import-outside-toplevel
         except ImportError as exc:
             raise MetricsError("cannot read /metrics: prometheus_client is not installed (%s)" % exc)
+        parser = prometheus_parser
     found, families = _watched_samples(text, parser)
     if "sglang:token_usage" not in found:
         raise MetricsError("/metrics has no sglang:token_usage of TP rank 0 (%d bytes, %d metric families)"

@@ -11,7 +11,7 @@ Stdlib only; what it reads of the host comes through the sources it is given, an
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import server_args
 from ansible_collections.llmserve.sglang.plugins.module_utils.watch.metrics import MetricsError, parse_metrics
@@ -115,9 +115,9 @@ class Window:
                 self.least = (free, gpu["index"], usage)
             for band in BANDS:
                 if usage is not None and usage >= band:
-                    entry = self.bands[band]
-                    if entry[1] is None or free < entry[1][0]:
-                        entry[1] = (free, gpu["index"])
+                    low = self.bands[band]
+                    if low[1] is None or free < low[1][0]:
+                        low[1] = (free, gpu["index"])
 
     def record(self, end: float) -> dict[str, Any]:
         """The window as the JSON object the state file keeps, a line of MAX_LINE_BYTES at most."""
@@ -242,7 +242,7 @@ class Watcher:
         return max(0, total - before[1])
 
     def close(self, now: float) -> None:
-        window, self.window = self.window, None
+        window, self.window = cast(Window, self.window), None
         self.pending.append(window.record(now))
         self.pending = self.pending[-self.keep:]
         try:

@@ -226,7 +226,8 @@ def _restarts(records: list[dict[str, Any]]) -> int:
 def _ooms_with_a_restart(records: list[dict[str, Any]]) -> int:
     """The OOM lines of the windows after which the unit started again: a start in the window itself (more than one)
     or first seen in the next window."""
-    count, seen = 0, set()
+    count = 0
+    seen: set[str] = set()
     for index, record in enumerate(records):
         starts = record.get("invocations") or []
         after = records[index + 1].get("invocations") or [] if index + 1 < len(records) else []
@@ -244,7 +245,7 @@ def _retracted(record: dict[str, Any]) -> int:
     return max(record.get("retractions") or 0, record.get("retracted_logged") or 0)
 
 
-def _least(records: list[dict[str, Any]], key: str | None, gpu_key: str | None,
+def _least(records: list[dict[str, Any]], key: Any, gpu_key: Any,
            band: bool = False) -> tuple[Any, Any, dict[str, Any]] | None:
     """(free GiB, GPU, record) of the least free memory of ``records``: the window's ``key`` and ``gpu_key``, or with
     ``band`` the least free at a full pool (the record's ``full`` band)."""
