@@ -52,7 +52,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A redirect is an unreadable answer, never followed: the server would choose where the watch sends a request
     (a cloud's metadata service, another host), and what came back would be the watch's."""
 
-    def _refuse(self, req, fp, code, msg, headers):  # pylint: disable=unused-argument,too-many-arguments
+    # pylint: disable-next=unused-argument,too-many-arguments
+    def _refuse(self, req: Any, fp: Any, code: int, msg: str, headers: Any) -> None:
         fp.close()
         raise MetricsError("/metrics answered HTTP %d, a redirect: not followed" % code)
 
