@@ -64,7 +64,7 @@ def _observed_tokens(observed: Any) -> int | None:
 def _idle_headroom(f: float, p: float, a: float, mm: float, sizes_at: Callable[[float], dict[str, Any]], observed: Any,
                    free_after_start_gib: Any, safety_margin_gib: Any, issues: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"free_after_start_gib": None, "headroom_mem_fraction": None, "headroom_kv_budget_gib": None,
-           "headroom_tokens": None}
+                           "headroom_tokens": None}
     m = free_after_start_gib
     if m is None and isinstance(observed, dict):
         for key in ("post_capture_free_gib", "available_gpu_mem_gib"):

@@ -21,9 +21,9 @@ from ansible_collections.llmserve.sglang.tests.unit.plugins.module_utils.host.gp
 
 def test_nvml_and_nvidia_smi_agree_on_the_same_gpus():
     nvml_result = gpu_probe.probe(nvml=FakeNvml([h200(i, free_mib=143771 - 631 - (124585 if i else 124729))
-                                          for i in range(8)]), which=lambda n: None)
+                                                 for i in range(8)]), which=lambda n: None)
     smi_result = gpu_probe.probe(run_command=Runner(), nvidia_smi="nvidia-smi", prefer="nvidia_smi",
-                          which=lambda n: "/x/" + n)
+                                 which=lambda n: "/x/" + n)
     for key in ("memory_total_bytes", "memory_free_bytes", "memory_used_bytes", "memory_reserved_bytes"):
         assert [g[key] for g in nvml_result["gpus"]] == [g[key] for g in smi_result["gpus"]], key
     assert nvml_result["min_free_gib"] == smi_result["min_free_gib"]
@@ -56,14 +56,14 @@ def test_neither_probe_available_with_explicit_path(tmp_path):
     nvml = FakeNvml([], init_error=NVMLError_LibraryNotFound())
     missing = str(tmp_path / "nvidia-smi")
     with pytest.raises(gpu_fields.GpuProbeError, match=r"NVML library not found \(libnvidia-ml.so.1\) and nvidia-smi "
-                                               r"not found at nvidia_smi=" + missing):
+                                                       r"not found at nvidia_smi=" + missing):
         gpu_probe.probe(nvml=nvml, nvidia_smi=missing)
 
 
 def test_pynvml_not_importable(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
     with pytest.raises(gpu_fields.GpuProbeError, match=r"no NVIDIA GPU probe available: pynvml \(nvidia-ml-py\) is not "
-                                               r"importable: .* and nvidia-smi not found on PATH"):
+                                                       r"importable: .* and nvidia-smi not found on PATH"):
         gpu_probe.probe(which=lambda n: None)
 
 
@@ -96,7 +96,7 @@ def test_the_sampler_keeps_nvml_when_nvml_answered():
 def test_the_sampler_falls_back_as_probe_does_and_stays_there():
     run = Runner()
     sample = gpu_probe.free_memory_sampler(run_command=run, nvml=FakeNvml([], init_error=NVMLError_LibraryNotFound()),
-                                    which=lambda n: "/x/" + n)
+                                           which=lambda n: "/x/" + n)
     sample()
     sample()
     assert len(run.calls) == 4 and run.calls[3][1].startswith("--query-gpu=index,memory.total")

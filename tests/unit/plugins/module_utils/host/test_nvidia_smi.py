@@ -79,7 +79,7 @@ def test_processes_present_are_attached_to_their_gpus():
 
 def test_process_on_an_unreported_uuid_is_left_out():
     apps = nvidia_smi.parse_csv("MIG-1f292bf8-f63f-570f-a866-efaab3ceb50a, 7, [N/A], python\n", nvidia_smi.APP_FIELDS,
-                        free_text_last=True)
+                                free_text_last=True)
     assert nvidia_smi.gpus_from_smi([{"index": "0", "uuid": "GPU-1"}], apps)[0]["compute_processes"] == []
 
 
@@ -90,7 +90,7 @@ def test_no_processes():
 
 def test_process_name_with_commas_kept_whole():
     (row,) = nvidia_smi.parse_csv("GPU-1, 4123, 130048, python3 -m sglang.launch_server --tp 8, --port 30000\n",
-                          nvidia_smi.APP_FIELDS, free_text_last=True)
+                                  nvidia_smi.APP_FIELDS, free_text_last=True)
     assert row["process_name"] == "python3 -m sglang.launch_server --tp 8, --port 30000"
     assert row["used_memory"] == "130048"
 
@@ -124,7 +124,7 @@ def test_real_h200_query_with_header_and_units():
 
 def test_values_with_units_are_read():
     (gpu,) = nvidia_smi.gpus_from_smi([{"index": "0", "memory.total": "81559 MiB", "memory.free": "81079 MiB",
-                                "memory.reserved": "480 MiB", "memory.used": "0 MiB"}])
+                                        "memory.reserved": "480 MiB", "memory.used": "0 MiB"}])
     assert gpu["memory_total_bytes"] == 81559 * MIB and gpu["memory_used_bytes"] == 0
 
 

@@ -44,7 +44,7 @@ def test_headroom_is_a_proposal_unless_the_action_is_act():
     assert "kv_tune_watch_action=act would search from the pin" in kv_watch.decision(result, PIN)["proposal"]
     assert kv_watch.decision(result, PIN, action="act")["retune"].startswith("headroom under real traffic")
     assert kv_watch.decision(verdict(PIN, _day(1.9)), PIN, action="act") == {"retune": None, "lower_to": None,
-                                                                          "proposal": None}
+                                                                             "proposal": None}
 
 
 def test_a_pool_smaller_than_the_verified_one_is_a_reason_whatever_the_traffic():

@@ -54,7 +54,7 @@ class Host:
 
 def _watcher(tmp_path, host, said=None):
     return sampler.Watcher("sglang.service", host, str(tmp_path / "windows.jsonl"), interval=1, window=3, keep=100,
-                      log=(said.append if said is not None else None))
+                           log=(said.append if said is not None else None))
 
 
 PIN = {"mem_fraction_static": 0.9, "time": 1000.0, "settings": {"safety_gib": 1.0, "resolution": 0.005}}
