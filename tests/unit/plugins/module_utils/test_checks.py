@@ -49,7 +49,7 @@ def test_an_integer_and_a_fraction():
     ("8", int, 8), (8.0, int, 8), (" 0.91 ", float, 0.91), (2, float, 2.0)])
 def test_a_number_read_from_text(value, kind, expected):
     found = checks.parse_number("n", value, kind)
-    assert found == expected and type(found) is kind
+    assert found == expected and isinstance(found, kind)
 
 
 @pytest.mark.parametrize("value, kind, message", [
