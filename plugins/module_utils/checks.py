@@ -10,19 +10,22 @@ never numbers here: ``True`` as a GPU count or a fraction is a caller's mistake,
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:   # typing.TypeGuard is Python 3.10 and later; the hosts' 3.9 never evaluates the annotations
+    from typing import TypeGuard
 
 
 class InvalidInput(ValueError):
     """A value that the core cannot work with; the message names the field and the value."""
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
     """A finite int or float that is not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def is_integer(value: Any) -> bool:
+def is_integer(value: Any) -> TypeGuard[int]:
     """An int that is not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -328,6 +328,7 @@ import json
 import os
 import shlex
 import time
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -346,10 +347,10 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units
 _UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart", "User",
                     "ControlGroup", "Environment", "EnvironmentFiles"]
 # What a stopped unit whose configuration cannot be fingerprinted returns (with its unit facts).
-_NO_FINGERPRINT = dict(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
-                       api_key_set=None, url=None, model_path=None, model_config=None, config=None, checkpoint_bytes=None,
-                       sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, configured_gpus=None,
-                       sizing_environment=None, source=None, tokens_cap=None)
+_NO_FINGERPRINT: dict[str, Any] = dict(
+    fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None, api_key_set=None, url=None,
+    model_path=None, model_config=None, config=None, checkpoint_bytes=None, sglang_version=None, retune_reason=None,
+    stale=[], gpu_memory=None, configured_gpus=None, sizing_environment=None, source=None, tokens_cap=None)
 
 
 def exec_path(exec_start):
@@ -559,6 +560,7 @@ def main() -> None:
         if not argv or "--model-path" not in argv:
             module.exit_json(**dict(_NO_FINGERPRINT, **unit_facts))
     # The pin's cap is the tuner's output: the server was tuned without it (a trial never runs one).
+    assert argv is not None   # read from the process, else from the unit (or the module has exited)
     argv, unit_facts["tokens_cap"] = kv_pin.tuner_cap(argv, pin)
     try:
         found = describe(module, fp_reader, state, argv, started, pid if unit_facts["running"] else None)

@@ -37,7 +37,7 @@ Pure and stdlib only. The checks, each a finding (a sentence with the numbers) w
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 GIB = 2 ** 30
 CHECKPOINT_SLACK_RATIO = 0.25
@@ -204,9 +204,9 @@ def add_sample(seen: dict[int, dict[str, Any]], gpus: Iterable[dict[str, Any]], 
     return seen
 
 
-def start_findings(seen: Iterable[dict[str, Any]] | None, before: dict[int, int] | None,
+def start_findings(seen: Iterable[dict[str, Any]] | None, before: Mapping[int, int] | None,
                    during: str = "while the server started",
-                   unlisted_before: dict[int, int | None] | None = None) -> list[str]:
+                   unlisted_before: Mapping[int, int | None] | None = None) -> list[str]:
     """Sentences for memory outside the server that appeared or went away on its GPUs ``during`` its start or its
     load (an empty list when nothing moved). ``seen``: sglang_ready's ``other_memory_seen`` (a list of :func:`add_sample`'s
     entries, processes as a list); ``before``: GPU index -> the bytes other processes held there at the run's first
@@ -230,8 +230,8 @@ def start_findings(seen: Iterable[dict[str, Any]] | None, before: dict[int, int]
     return found
 
 
-def look_findings(gpu_memory: Iterable[dict[str, Any]] | None, gpus: Any, before: dict[int, int] | None,
-                  unlisted_before: dict[int, int | None] | None = None,
+def look_findings(gpu_memory: Iterable[dict[str, Any]] | None, gpus: Any, before: Mapping[int, int] | None,
+                  unlisted_before: Mapping[int, int | None] | None = None,
                   during: str = "between the load and the commit") -> list[str]:
     """:func:`start_findings` for one look at the GPUs (kv_fingerprint's ``gpu_memory``, whose ``other_bytes`` leave out
     the unit's neighbours' processes) on ``gpus`` (None: every GPU): memory that came or went outside the server
