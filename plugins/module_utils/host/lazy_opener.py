@@ -13,7 +13,7 @@ from typing import Any
 class LazyOpener:
     """``urllib.request.build_opener(*handlers)``, made when :meth:`open` is first called."""
 
-    def __init__(self, *handlers: urllib.request.BaseHandler) -> None:
+    def __init__(self, *handlers: urllib.request.BaseHandler | type[urllib.request.BaseHandler]) -> None:
         self._handlers = handlers
         self._opener: urllib.request.OpenerDirector | None = None
 
