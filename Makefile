@@ -140,8 +140,10 @@ test-lane-others:
 test-lane-hosts:
 	$(call test_parts,sim molecule)
 
+# ansible-lint; mypy over plugins/ (mypy.ini: the collection's import name through the venv's link); the changelog.
 lint: venv
 	$(BIN)/ansible-lint --profile production
+	$(BIN)/mypy
 	$(MAKE) --no-print-directory changelog-lint
 
 # A fresh copy of the tracked tree (plus new, not-ignored files) where ansible-test wants it.
