@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
+
 HEARTBEAT_S = 20.0
 PREFIX = "[kv_tune] "
 # label, phase, value (may be absent), detail (may be absent)
@@ -40,10 +42,12 @@ def call_phase(name: str, args: Any, restarted: bool = False) -> tuple[str, Any,
     return None
 
 
-def value_text(value: float) -> str:
-    """0.91 -> "0.910", 0.8855 -> "0.8855": three decimals at least, as the tuner writes values."""
-    text = "%.4f" % value
-    return text[:-1] if text.endswith("0") else text
+def shown_value(value: float) -> str:
+    """A value as the progress lines show it, which do not know the run's grid: kv_search's written form
+    (value_text) on the 0.001 grid when the value lies on it, else on the finest grid (0.0001), to which it is rounded:
+    0.91 -> "0.910", 0.8855 -> "0.8855"."""
+    shown = round(value, 4)
+    return kv_search.value_text(shown, 0.001 if kv_search.on_grid(shown, 0.001) else kv_search.MIN_RESOLUTION)
 
 
 class Progress(object):
@@ -83,7 +87,7 @@ class Progress(object):
         answered (ready); a load that held (verified: the run judges its headroom next)."""
         if name == "kv_fingerprint" and self.value is None and result.get("mem_fraction_static"):
             # The value the server runs: what a load measured in place, without a start, is a load of.
-            self.value = value_text(result["mem_fraction_static"])
+            self.value = shown_value(result["mem_fraction_static"])
         if self.phase is None or name not in ("kv_trial", "sglang_ready", "kv_stress"):
             return None
         if result.get("failed") or result.get("held") is False or result.get("ready") is False:
