@@ -39,14 +39,6 @@ description:
   - Secret arguments (C(--api-key), C(--admin-api-key), C(--ssl-keyfile-password)) are never returned.
 requirements:
   - systemd on the managed host, and root (the server's C(/proc/<pid>/cmdline), its cgroup, the fact file).
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: This module only reads; it behaves the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
 options:
   unit:
     description: The systemd unit of the SGLang server.
@@ -114,6 +106,8 @@ options:
         description: The watch's state file; the default is the one the role's watch of O(unit) writes.
         type: path
 extends_documentation_fragment:
+  - llmserve.sglang.attributes
+  - llmserve.sglang.attributes.read_only
   - llmserve.sglang.gpu_probe
 seealso:
   - module: llmserve.sglang.gpu_info
