@@ -40,7 +40,8 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         super(ActionModule, self).run(tmp, task_vars)
-        assert task_vars is not None   # the task executor always passes them
+        if task_vars is None:
+            task_vars = {}
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         outcomes = registered_outcomes(task_vars.get("hostvars", {}), args["hosts"], args["result_var"])
         rows = summary_rows(outcomes, pending=pending_hosts(task_vars, outcomes, set(args["pending"])))

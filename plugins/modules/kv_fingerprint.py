@@ -322,7 +322,7 @@ import json
 import os
 import shlex
 import time
-from typing import Any
+from typing import Any, cast
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -554,8 +554,8 @@ def main() -> None:
         if not argv or "--model-path" not in argv:
             module.exit_json(**dict(_NO_FINGERPRINT, **unit_facts))
     # The pin's cap is the tuner's output: the server was tuned without it (a trial never runs one).
-    assert argv is not None   # read from the process, else from the unit (or the module has exited)
-    argv, unit_facts["tokens_cap"] = kv_pin.tuner_cap(argv, pin)
+    # argv: read from the process, else from the unit (or the module has exited)
+    argv, unit_facts["tokens_cap"] = kv_pin.tuner_cap(cast("list[str]", argv), pin)
     try:
         found = describe(module, fp_reader, state, argv, started, pid if unit_facts["running"] else None)
     except Unavailable as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Callable, Collection, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping, cast
 
 import yaml
 
@@ -82,7 +82,6 @@ def tune_report_files(items: Iterable[dict[str, Any]], report_dir: str, host_var
         files.append((os.path.join(report_dir, item["name"] + ".md"), item.get("report") or ""))
     pinned = [item for item in items if item["status"] == "tuned"]
     if host_vars_dir and pinned:
-        assert host_dir is not None   # the caller names the host's directory whenever it names host_vars_dir
         entries: dict[str, Any] = {}
         for item in pinned:
             result = item["result"]
@@ -91,7 +90,8 @@ def tune_report_files(items: Iterable[dict[str, Any]], report_dir: str, host_var
                                      "fingerprint_hash": result.get("fingerprint_hash"), "tuned_at": result.get("time")}
         text = HOST_VARS_HEADER + yaml.safe_dump({"kv_tune_pinned": entries}, default_flow_style=False,
                                                  sort_keys=False)
-        files.append((os.path.join(host_vars_dir, host_dir, "kv_tune.yml"), text))
+        # the caller names the host's directory whenever it names host_vars_dir
+        files.append((os.path.join(host_vars_dir, cast(str, host_dir), "kv_tune.yml"), text))
     return files
 
 

@@ -12,7 +12,7 @@ outside the budget. A budget <= 0 means SGLang refuses to start; ``lowest_viable
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import GIB, KvModelError
@@ -47,8 +47,7 @@ def check_memory(pre_load_free_gib: float, post_load_free_gib: float,
 def kv_budget_gib(pre_load_free_gib: float, post_load_free_gib: float, mem_fraction_static: float) -> float:
     """A - P * (1 - f): the GiB the KV pool gets (negative: SGLang refuses to start)."""
     p, a, f = check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static)
-    assert f is not None
-    return a - p * (1 - f)
+    return a - p * (1 - cast(float, f))   # given, so checked and returned
 
 
 def reserved_gib(pre_load_free_gib: float, mem_fraction_static: float) -> float:

@@ -33,7 +33,7 @@ is below the margin is healthy but too close to the edge: it is an upper bound, 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_pool
@@ -172,11 +172,12 @@ def _check_trial(trial: Any) -> dict[str, Any]:
     outcome = trial.get("outcome")
     if outcome not in OUTCOMES:
         raise KvSearchError("trial outcome must be one of %s, got %r" % (", ".join(OUTCOMES), outcome))
-    out: dict[str, Any] = {"f": f, "outcome": outcome, "min_free_gib": None, "tokens": trial.get("tokens"),
-           "growth": _optional(trial, "growth", minimum=1.0),
-           "oom_deficit_gib": _optional(trial, "oom_deficit_gib", minimum=0.0),
-           "pre_load_free_gib": _optional(trial, "pre_load_free_gib"),
-           "post_load_free_gib": _optional(trial, "post_load_free_gib")}
+    out: dict[str, Any] = {
+        "f": f, "outcome": outcome, "min_free_gib": None, "tokens": trial.get("tokens"),
+        "growth": _optional(trial, "growth", minimum=1.0),
+        "oom_deficit_gib": _optional(trial, "oom_deficit_gib", minimum=0.0),
+        "pre_load_free_gib": _optional(trial, "pre_load_free_gib"),
+        "post_load_free_gib": _optional(trial, "post_load_free_gib")}
     if outcome == "stable":
         out["min_free_gib"] = checks.number("min_free_gib of a stable trial", trial.get("min_free_gib"), KvSearchError)
     return out
@@ -231,7 +232,7 @@ def _predict(state: dict[str, Any], trial: dict[str, Any]) -> float | None:
     ref = stable[0] if stable else None
     s = slope(state)
     if trial["outcome"] == "stable":
-        assert ref is not None   # the trial itself is among the stable ones
+        ref = cast("dict[str, Any]", ref)   # the trial itself is among the stable ones
         return grid_down(ref["f"] + (ref["min_free_gib"] - safety) / s, res)
     if trial["outcome"] in ("startup_oom", "runtime_oom") and trial["oom_deficit_gib"] is not None:
         # Under the load (or the capture) at f, about -deficit GiB was free.

@@ -131,9 +131,10 @@ def combine_units(host: str, results: dict[str, dict[str, Any]]) -> dict[str, An
     failed = [(unit, res) for unit, res in results.items()
               if res.get("failed") or res.get("status") in ("failed", "no_stable_value")]
     statuses = set(res.get("status") for res in results.values() if not res.get("failed"))
-    out: dict[str, Any] = {"changed": any(res.get("changed") for res in results.values()), "units": results,
-           "line": "\n".join(res.get("line") or "%s: %s" % (res.get("label", unit), res.get("msg"))
-                             for unit, res in results.items())}
+    out: dict[str, Any] = {
+        "changed": any(res.get("changed") for res in results.values()), "units": results,
+        "line": "\n".join(res.get("line") or "%s: %s" % (res.get("label", unit), res.get("msg"))
+                          for unit, res in results.items())}
     if failed:
         out["status"] = "no_stable_value" if all(res.get("status") == "no_stable_value" for _u, res in failed) \
             else "failed"

@@ -42,7 +42,7 @@ def fleet_plan(probes: dict[str, Any], hosts: Iterable[str], strategy: str = "pe
     servers = multinode.server_plan(probes, hosts)
     classes = class_values.class_plan_units(probes, hosts, force=bool(force)) if strategy == "per_class" else {}
     out: dict[str, Any] = {"hosts": {}, "groups": {group: [] for group in GROUPS}, "memberships": [], "errors": {},
-           "classes": {}, "servers": {}}
+                           "classes": {}, "servers": {}}
     for host in hosts:
         probe = probes.get(host) or {}
         unchanged = probe.get("status") == "unchanged"

@@ -286,7 +286,7 @@ def outcome(host: str, phase: str, before: dict[str, Any] | None = None, after: 
         now = dict(was) if phase in ("lock", "gate_before", "drain") else now
     retune = retune or {}
     row: dict[str, Any] = {"host": host, "phase": phase, "before": was, "after": now, "retune": retune.get("status"),
-           "retune_why": retune.get("why")}
+                           "retune_why": retune.get("why")}
     if phase == "done":
         changed = was != now
         row.update(status="upgraded" if changed else "unchanged", failed=False, error=None)
