@@ -98,14 +98,14 @@ def readback_error(text: str, argv_value: Any, log_value: Any) -> str | None:
             "(another drop-in, an edited unit?)" % (text, " and ".join(seen)))
 
 
-def not_memory_gib(boot, running_boot, safety_gib):
+def not_memory_gib(boot: dict[str, Any], running_boot: dict[str, Any], safety_gib: float) -> float | None:
     """Free GiB under load above which a crash is not a lack of memory: a tenth of the memory before the weights (the
     trial's boot's, else the running server's), at least four margins."""
     p = boot.get("pre_load_free_gib") or running_boot.get("pre_load_free_gib")
     return max(4 * safety_gib, 0.1 * p) if p else None
 
 
-def above_the_class(min_free_gib, p, settings):
+def above_the_class(min_free_gib: float | None, p: float | None, settings: dict[str, Any]) -> bool:
     """Whether the free memory under load at the verified value leaves room for a value above the class's own
     (the verified value plus the margin's steps): whole grid steps of P x resolution beyond the safety margin."""
     if min_free_gib is None or not p:
@@ -114,7 +114,7 @@ def above_the_class(min_free_gib, p, settings):
     return spare_steps > settings["class_margin_steps"]
 
 
-def identity_error(step, obs, invocation_id):
+def identity_error(step: dict[str, Any], obs: dict[str, Any], invocation_id: str | None) -> str | None:
     """Why the server that answered and held the load is not the start the trial ``step`` made (a revert by the
     host's timer, a restart by anyone), or None; ``invocation_id``: the running server's start (a trial in place)."""
     wanted = ((obs.get("started") or {}).get("invocation_id") if step["restart"] else invocation_id)
