@@ -140,8 +140,10 @@ test-lane-others:
 test-lane-hosts:
 	$(call test_parts,sim molecule)
 
+# ansible-lint; mypy over plugins/ (mypy.ini: the collection's import name through the venv's link); the changelog.
 lint: venv
 	$(BIN)/ansible-lint --profile production
+	$(BIN)/mypy
 	$(MAKE) --no-print-directory changelog-lint
 
 # A fresh copy of the tracked tree (plus new, not-ignored files) where ansible-test wants it.
@@ -257,7 +259,7 @@ EE_DIR := $(CURDIR)/.tmp/ee
 ee: venv
 	rm -rf $(EE_DIR) && mkdir -p $(EE_DIR)/dist
 	$(BIN)/ansible-galaxy collection build --output-path $(EE_DIR)/dist . >/dev/null
-	@! tar -tzf $(EE_DIR)/dist/llmserve-sglang-*.tar.gz | grep -E '(requirements-dev|constraints)\.txt|^\.ansible/' \
+	@! tar -tzf $(EE_DIR)/dist/llmserve-sglang-*.tar.gz | grep -E '(requirements-dev|constraints)\.txt|mypy\.ini|^\.ansible/' \
 	  || { echo "the tarball ships development files"; exit 1; }
 	cp docs/awx/execution-environment.yml $(EE_DIR)/
 	cp $(EE_DIR)/dist/llmserve-sglang-*.tar.gz $(EE_DIR)/llmserve-sglang.tar.gz

@@ -8,6 +8,8 @@ process: a file and two copy tasks per report started a module process each on t
 apiece, on every host of a fleet run)."""
 from __future__ import annotations
 
+from typing import Any
+
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
@@ -27,7 +29,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         super(ActionModule, self).run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         host = (task_vars or {}).get("inventory_hostname")

@@ -9,6 +9,7 @@ summary.json on the controller itself (no module process: a no-op run of tune_kv
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -48,12 +49,15 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         super(ActionModule, self).run(tmp, task_vars)
+        if task_vars is None:
+            task_vars = {}
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         outcomes = registered_outcomes(task_vars.get("hostvars", {}), args["hosts"], args["result_var"])
         # A host with several servers gives a row per unit.
         rows = summary_rows(expand_units(outcomes), pending=pending_hosts(task_vars, outcomes, set(args["pending"])))
+        path: str | None
         path = os.path.join(args["report_dir"], "summary.json")
         changed = False
         # A run in which no host got as far as the tuner (bad input, nothing reachable) keeps the last summary.

@@ -9,6 +9,7 @@ rollout_summary.json on the controller itself.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -37,8 +38,10 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         super(ActionModule, self).run(tmp, task_vars)
+        if task_vars is None:
+            task_vars = {}
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         outcomes = registered_outcomes(task_vars.get("hostvars", {}), args["hosts"], args["result_var"])
         rows = summary_rows(outcomes, pending=pending_hosts(task_vars, outcomes, set(args["pending"])))

@@ -10,23 +10,28 @@ never numbers here: ``True`` as a GPU count or a fraction is a caller's mistake,
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:   # typing.TypeGuard is Python 3.10 and later; the hosts' 3.9 never evaluates the annotations
+    from typing import TypeGuard
 
 
 class InvalidInput(ValueError):
     """A value that the core cannot work with; the message names the field and the value."""
 
 
-def is_number(value):
+def is_number(value: Any) -> TypeGuard[float]:
     """A finite int or float that is not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def is_integer(value):
+def is_integer(value: Any) -> TypeGuard[int]:
     """An int that is not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def number(name, value, error=InvalidInput, minimum=None, above=None, maximum=None):
+def number(name: str, value: Any, error: type[Exception] = InvalidInput, minimum: float | None = None,
+           above: float | None = None, maximum: float | None = None) -> float:
     """``value`` as a float: finite, not a bool, and within the bounds given (minimum and maximum inclusive,
     above exclusive)."""
     if not is_number(value):
@@ -41,7 +46,8 @@ def number(name, value, error=InvalidInput, minimum=None, above=None, maximum=No
     return value
 
 
-def integer(name, value, error=InvalidInput, minimum=None, allow_none=False):
+def integer(name: str, value: Any, error: type[Exception] = InvalidInput, minimum: int | None = None,
+            allow_none: bool = False) -> Any:
     """``value`` as an int (not a bool, not a float), at least ``minimum``; None passes with ``allow_none``."""
     if value is None and allow_none:
         return None
@@ -52,7 +58,7 @@ def integer(name, value, error=InvalidInput, minimum=None, allow_none=False):
     return int(value)
 
 
-def fraction(name, value, error=InvalidInput):
+def fraction(name: str, value: Any, error: type[Exception] = InvalidInput) -> float:
     """A --mem-fraction-static-like value: a float strictly between 0 and 1."""
     value = number(name, value, error)
     if not 0 < value < 1:
@@ -60,7 +66,7 @@ def fraction(name, value, error=InvalidInput):
     return value
 
 
-def parse_number(name, value, kind=float, error=InvalidInput):
+def parse_number(name: str, value: Any, kind: type = float, error: type[Exception] = InvalidInput) -> Any:
     """A number read from text (a command line, a log, a YAML string) or given as one: ``kind`` int or float.
     An int must be integral ("8" and 8.0 pass, "8.5" does not)."""
     if isinstance(value, bool):
@@ -82,7 +88,7 @@ _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
 
-def parse_bool(name, value, error=InvalidInput):
+def parse_bool(name: str, value: Any, error: type[Exception] = InvalidInput) -> bool:
     """A boolean given as one, as 0/1, or as text (true/false, yes/no, on/off)."""
     if isinstance(value, bool):
         return value
@@ -95,7 +101,7 @@ def parse_bool(name, value, error=InvalidInput):
     raise error("%s must be a boolean, got %r" % (name, value))
 
 
-def file_name(name, value, error=InvalidInput):
+def file_name(name: str, value: Any, error: type[Exception] = InvalidInput) -> str:
     """``value`` (an inventory host name, a unit) as one file name that stays inside the directory it is joined to:
     text without ``/`` or NUL, not ``.`` or ``..``, not empty. Refused otherwise, never rewritten: two hosts must not
     share a file."""

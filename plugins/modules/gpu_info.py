@@ -28,14 +28,9 @@ description:
 requirements:
   - An NVIDIA driver on the managed host, and either the C(pynvml) Python module (C(nvidia-ml-py)) for the
     Python that runs the module, or the C(nvidia-smi) command.
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: This module only reads; it behaves the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
+extends_documentation_fragment:
+  - llmserve.sglang.attributes
+  - llmserve.sglang.attributes.read_only
 options:
   nvidia_smi:
     description:

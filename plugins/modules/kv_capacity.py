@@ -31,12 +31,10 @@ description:
   - The module only reads O(model_config) and computes; it never changes anything.
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: This module only reads and computes; it behaves the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
+extends_documentation_fragment:
+  - llmserve.sglang.attributes
 options:
   model_config:
     description:

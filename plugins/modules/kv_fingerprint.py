@@ -39,14 +39,6 @@ description:
   - Secret arguments (C(--api-key), C(--admin-api-key), C(--ssl-keyfile-password)) are never returned.
 requirements:
   - systemd on the managed host, and root (the server's C(/proc/<pid>/cmdline), its cgroup, the fact file).
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: This module only reads; it behaves the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
 options:
   unit:
     description: The systemd unit of the SGLang server.
@@ -114,6 +106,8 @@ options:
         description: The watch's state file; the default is the one the role's watch of O(unit) writes.
         type: path
 extends_documentation_fragment:
+  - llmserve.sglang.attributes
+  - llmserve.sglang.attributes.read_only
   - llmserve.sglang.gpu_probe
 seealso:
   - module: llmserve.sglang.gpu_info
@@ -328,6 +322,7 @@ import json
 import os
 import shlex
 import time
+from typing import Any, cast
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -348,10 +343,10 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units
 _UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart", "User",
                     "ControlGroup", "Environment", "EnvironmentFiles"]
 # What a stopped unit whose configuration cannot be fingerprinted returns (with its unit facts).
-_NO_FINGERPRINT = dict(fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None,
-                       api_key_set=None, url=None, model_path=None, model_config=None, config=None, checkpoint_bytes=None,
-                       sglang_version=None, retune_reason=None, stale=[], gpu_memory=None, configured_gpus=None,
-                       sizing_environment=None, source=None, tokens_cap=None)
+_NO_FINGERPRINT: dict[str, Any] = dict(
+    fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None, api_key_set=None, url=None,
+    model_path=None, model_config=None, config=None, checkpoint_bytes=None, sglang_version=None, retune_reason=None,
+    stale=[], gpu_memory=None, configured_gpus=None, sizing_environment=None, source=None, tokens_cap=None)
 
 
 def exec_path(exec_start):
@@ -561,7 +556,8 @@ def main() -> None:
         if not argv or "--model-path" not in argv:
             module.exit_json(**dict(_NO_FINGERPRINT, **unit_facts))
     # The pin's cap is the tuner's output: the server was tuned without it (a trial never runs one).
-    argv, unit_facts["tokens_cap"] = kv_pin.tuner_cap(argv, pin)
+    # argv: read from the process, else from the unit (or the module has exited)
+    argv, unit_facts["tokens_cap"] = kv_pin.tuner_cap(cast("list[str]", argv), pin)
     try:
         found = describe(module, fp_reader, state, argv, started, pid if unit_facts["running"] else None)
     except Unavailable as exc:

@@ -29,14 +29,10 @@ requirements:
     the load still runs and RV(min_free_gib) is V(null).
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: none
     details:
       - A load test is an action whose result cannot be predicted; in check mode Ansible skips the task
         (C(remote module does not support check mode)).
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
 options:
   url:
     description: Base URL of the SGLang server.
@@ -105,6 +101,7 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
+  - llmserve.sglang.attributes
   - llmserve.sglang.gpu_probe
 seealso:
   - module: llmserve.sglang.gpu_info

@@ -44,12 +44,10 @@ requirements:
   - systemd (C(systemctl), C(systemd-run)) on the managed host, as root.
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: none
     details: A trial restarts a server; the kv_tune action never calls it in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
+extends_documentation_fragment:
+  - llmserve.sglang.attributes
 options:
   unit:
     description: The systemd unit of the SGLang server.

@@ -172,20 +172,12 @@ options:
       - Unset, the tune takes each unit's lock under a run of its own and releases it when it ends.
     type: str
 attributes:
-  action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode it says whether the unit would be tuned, and why; it restarts nothing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
-  platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
+extends_documentation_fragment:
+  - llmserve.sglang.attributes
+  - llmserve.sglang.attributes.action_plugin
 seealso:
   - module: llmserve.sglang.kv_fingerprint
   - module: llmserve.sglang.kv_trial

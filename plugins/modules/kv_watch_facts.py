@@ -63,14 +63,9 @@ notes:
   - A setting out of its range fails the module, naming it, its range and why.
   - The watch samples every few seconds; an allocation that comes and goes between two samples is not seen.
   - SGLang's gauges are refreshed after a prefill batch, every 40 decode steps, or every 30 s when idle.
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: This module only reads; it behaves the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
+extends_documentation_fragment:
+  - llmserve.sglang.attributes
+  - llmserve.sglang.attributes.read_only
 seealso:
   - module: llmserve.sglang.kv_tune
 """

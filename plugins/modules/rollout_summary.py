@@ -47,20 +47,12 @@ options:
     type: str
     default: llmserve_rollout
 attributes:
-  action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode it prints the rows and says whether rollout_summary.json would change, without writing it.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
-  platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
+extends_documentation_fragment:
+  - llmserve.sglang.attributes
+  - llmserve.sglang.attributes.action_plugin
 seealso:
   - module: llmserve.sglang.kv_tune_summary
 """

@@ -22,12 +22,10 @@ description:
     classify it; the module fails only on invalid options.
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: It only reads; it behaves the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
+extends_documentation_fragment:
+  - llmserve.sglang.attributes
 options:
   url:
     description: Base URL of the server.

@@ -35,14 +35,9 @@ description:
   - The module only reads, and always reports RV(ignore:changed=false).
 requirements:
   - For O(unit), C(journalctl) and C(systemctl) on the managed host, and the right to read the unit's journal.
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: This module only reads; it behaves the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in diff mode).
-    support: none
+extends_documentation_fragment:
+  - llmserve.sglang.attributes
+  - llmserve.sglang.attributes.read_only
 options:
   unit:
     description:

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.progress_lines import parse_line, value_text
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.progress_lines import parse_line, shown_value as value_text
 
 PLAYBOOKS = {"tune": "llmserve.sglang.tune_kv", "rollout": "llmserve.sglang.rollout", "site": "llmserve.sglang.site"}
 # What a task of the playbooks puts a host in, before the tuner's own progress lines say more.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any, Callable, Sequence
 
 from ansible import constants as C
 
@@ -27,12 +28,12 @@ class ChannelTimeout(Exception):
 class NodeChannel:
     """The message directory of one server's search in one task."""
 
-    def __init__(self, task_id, server_key, directory=None):
+    def __init__(self, task_id: str, server_key: str, directory: str | None = None) -> None:
         base = directory or C.DEFAULT_LOCAL_TMP
         self.path = os.path.join(base, "kv-tune-%s-%s" % (task_id, server_key))
         os.makedirs(self.path, mode=0o700, exist_ok=True)
 
-    def post(self, name, data):
+    def post(self, name: str, data: Any) -> None:
         """Write message ``name`` (complete or not at all)."""
         final = os.path.join(self.path, name + ".json")
         temporary = "%s.%d.tmp" % (final, os.getpid())
@@ -40,7 +41,7 @@ class NodeChannel:
             json.dump(data, handle)
         os.replace(temporary, final)
 
-    def read(self, name):
+    def read(self, name: str) -> Any:
         """Message ``name``, or None while it is not there."""
         try:
             with open(os.path.join(self.path, name + ".json"), encoding="utf-8") as handle:
@@ -48,12 +49,13 @@ class NodeChannel:
         except FileNotFoundError:
             return None
 
-    def wait(self, names, timeout, what, check=None, interval=0.2):
+    def wait(self, names: Sequence[str], timeout: float, what: str, check: Callable[[], None] | None = None,
+             interval: float = 0.2) -> dict[str, Any]:
         """{name: message} once every message of ``names`` is there; ``check()`` runs between looks (it raises to
         give up, e.g. when ansible-playbook is gone). Raises :class:`ChannelTimeout` naming ``what`` and the missing
         messages after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        found = {}
+        found: dict[str, Any] = {}
         while True:
             for name in names:
                 if name not in found:
@@ -79,12 +81,12 @@ class NodeLink:
     step ``n`` is there yet; no wait), ``answer`` (post this node's answer to step ``n``). ``check()`` runs between
     looks (it raises when ansible-playbook is gone)."""
 
-    def __init__(self, channel, rank, check=None):
+    def __init__(self, channel: NodeChannel, rank: int, check: Callable[[], None] | None = None) -> None:
         self.channel, self.rank, self.check = channel, rank, check
         self.steps = 0          # node 0: the number of the next step
         self.released = False
 
-    def perform(self, step):
+    def perform(self, step: dict[str, Any]) -> Any:
         kind = step["nodes"]
         if kind == "tell":
             number, self.steps = self.steps, self.steps + 1
@@ -104,7 +106,7 @@ class NodeLink:
         found = self.channel.wait(names, step["timeout"], step["what"], check=self.check)
         return found[names[0]] if kind == "next" else [found[name] for name in names]
 
-    def release(self, message):
+    def release(self, message: dict[str, Any]) -> None:
         """Node 0, once, whatever happened: the last step, which tells the others to stop following."""
         if not self.released:
             self.released = True

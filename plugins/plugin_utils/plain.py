@@ -4,11 +4,13 @@
 """Controller-side helper for the filters."""
 from __future__ import annotations
 
+from typing import Any
+
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
 
-def plain(value):
+def plain(value: Any) -> Any:
     """A deep copy in plain Python types. Jinja hands filters its own int/float/str subclasses (AnsibleUnsafe text,
     tagged values); the pure library wants plain ones, and a copy keeps it from changing a fact in place."""
     if isinstance(value, bool) or value is None:
@@ -26,7 +28,7 @@ def plain(value):
     return value
 
 
-def flag(name, value):
+def flag(name: str, value: Any) -> bool:
     """A filter's boolean argument as Ansible reads one: `-e kv_tune_force=false` and an AWX survey's answer give the
     string "false", which bool() would read as true."""
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from typing import Any, Callable, Collection, Iterable, Mapping, cast
 
 import yaml
 
@@ -17,10 +18,10 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 
-def registered_outcomes(hostvars, hosts, result_var):
+def registered_outcomes(hostvars: Any, hosts: Iterable[str], result_var: str) -> dict[str, Any]:
     """host -> the result each host of ``hosts`` registered as ``result_var`` (plain types), None where it has none;
     localhost is skipped."""
-    outcomes = {}
+    outcomes: dict[str, Any] = {}
     for host in hosts:
         if host == "localhost":
             continue
@@ -29,7 +30,7 @@ def registered_outcomes(hostvars, hosts, result_var):
     return outcomes
 
 
-def pending_hosts(task_vars, hosts, later=()):
+def pending_hosts(task_vars: Mapping[str, Any], hosts: Iterable[str], later: Collection[str] = ()) -> set[str]:
     """Hosts that have not had their turn yet: ``later`` (a later play of the playbook takes them) or a later serial
     batch of this play, unless this play already dropped them (failed, unreachable)."""
     play_all = task_vars.get("ansible_play_hosts_all") or []
@@ -40,12 +41,12 @@ def pending_hosts(task_vars, hosts, later=()):
             and (host in later or (host in active and host not in batch))}
 
 
-def write_summary(path, rows, check_mode=False):
+def write_summary(path: str, rows: Any, check_mode: bool = False) -> bool:
     """The rows as JSON in ``path``, unless it holds them already; whether it wrote (would write)."""
     return bool(write_files([(path, json.dumps(rows, indent=4, sort_keys=True) + "\n")], check_mode))
 
 
-def write_if_changed(path, text, check_mode=False):
+def write_if_changed(path: str, text: str, check_mode: bool = False) -> bool:
     """Write ``text`` to ``path`` atomically unless it holds it already (in check mode: only say so); whether it
     wrote (would write)."""
     try:
@@ -58,8 +59,8 @@ def write_if_changed(path, text, check_mode=False):
         return True
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o755, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(text)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
@@ -69,18 +70,19 @@ def write_if_changed(path, text, check_mode=False):
 HOST_VARS_HEADER = "---\n# Written by llmserve.sglang.kv_tune; the host's drop-ins and fact are authoritative.\n"
 
 
-def tune_report_files(items, report_dir, host_vars_dir="", host_dir=None):
+def tune_report_files(items: Iterable[dict[str, Any]], report_dir: str, host_vars_dir: str = "",
+                      host_dir: str | None = None) -> list[tuple[str, str]]:
     """[(path, text)] of one host's kv_tune reports (host_units.report_items): <name>.json and <name>.md in
     ``report_dir``; with ``host_vars_dir``, the pins of the units tuned to a new value in
     ``host_vars_dir``/``host_dir``/kv_tune.yml (``host_dir``: the host's name, checked to name one directory)."""
-    files = []
+    files: list[tuple[str, str]] = []
     for item in items:
         files.append((os.path.join(report_dir, item["name"] + ".json"),
                       json.dumps(item["result"], indent=4, sort_keys=True) + "\n"))
         files.append((os.path.join(report_dir, item["name"] + ".md"), item.get("report") or ""))
     pinned = [item for item in items if item["status"] == "tuned"]
     if host_vars_dir and pinned:
-        entries = {}
+        entries: dict[str, Any] = {}
         for item in pinned:
             result = item["result"]
             entries[item["unit"]] = {"mem_fraction_static": result["after"]["mem_fraction_static"],
@@ -88,13 +90,14 @@ def tune_report_files(items, report_dir, host_vars_dir="", host_dir=None):
                                      "fingerprint_hash": result.get("fingerprint_hash"), "tuned_at": result.get("time")}
         text = HOST_VARS_HEADER + yaml.safe_dump({"kv_tune_pinned": entries}, default_flow_style=False,
                                                  sort_keys=False)
-        files.append((os.path.join(host_vars_dir, host_dir, "kv_tune.yml"), text))
+        # the caller names the host's directory whenever it names host_vars_dir
+        files.append((os.path.join(host_vars_dir, cast(str, host_dir), "kv_tune.yml"), text))
     return files
 
 
-def write_files(files, check_mode=False):
+def write_files(files: Iterable[tuple[str, str]], check_mode: bool = False) -> list[str]:
     """write_if_changed for each (path, text); the paths written (that would be written)."""
-    written = []
+    written: list[str] = []
     for path, text in files:
         try:
             if write_if_changed(path, text, check_mode):
@@ -104,18 +107,19 @@ def write_files(files, check_mode=False):
     return written
 
 
-def workflow_stats(rows, report_dir, failed, **more):
+def workflow_stats(rows: list[dict[str, Any]], report_dir: str, failed: Callable[[dict[str, Any]], Any],
+                   **more: Any) -> dict[str, Any]:
     """What a run hands on to what runs next (set_stats: ansible-runner's artifact_data, the variables of an AWX
     workflow's next job): each host's row as in the summary file, the number of rows of each status, the hosts
     ``failed`` says failed, where the reports are, and ``more``."""
-    counts = {}
+    counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     return dict(more, hosts=rows, counts=counts, failed=[row["host"] for row in rows if failed(row)],
                 report_dir=report_dir)
 
 
-def handed_on(name, stats):
+def handed_on(name: str | None, stats: Any) -> dict[str, Any]:
     """The part of an action's result that hands ``stats`` on as ``name``, as ansible.builtin.set_stats does (the
     strategy takes C(ansible_stats) from any task's result): replaced by each batch, not per host; nothing without a
     name."""
@@ -126,11 +130,12 @@ def handed_on(name, stats):
 RUNNER_ARTIFACTS_ENV = "AWX_ISOLATED_DATA_DIR"
 
 
-def _in_installed_collection(path):
+def _in_installed_collection(path: str) -> bool:
     return "ansible_collections" in os.path.normpath(path).split(os.sep)
 
 
-def default_report_dir(name, environ, cwd, playbook_dir, home):
+def default_report_dir(name: str, environ: Mapping[str, str], cwd: str | None, playbook_dir: str | None,
+                       home: str) -> str:
     """Where a run's reports go when the user names no directory: under ansible-runner, its artifacts directory
     (kept with the job's other artifacts); else the directory ansible-playbook runs in; else, where that is "/" (cron,
     systemd) or inside an installed collection, beside the playbook; never inside an installed collection: there,
@@ -144,7 +149,8 @@ def default_report_dir(name, environ, cwd, playbook_dir, home):
     return os.path.join(home, name)
 
 
-def host_vars_warning(host_vars_dir, environ, in_container=False):
+def host_vars_warning(host_vars_dir: str | None, environ: Mapping[str, str],
+                      in_container: bool = False) -> str | None:
     """Why pins written to ``host_vars_dir`` on the controller will not last, or None. Under ansible-runner (which
     runs AWX's and Automation Platform's jobs) the job's private data directory, with the project checkout and the
     inventory, is removed when the job ends, and a job in an execution environment loses every file of its container;

@@ -10,9 +10,9 @@ import os
 import signal
 
 
-def children(pid, proc="/proc"):
+def children(pid: int, proc: str = "/proc") -> list[int]:
     """The pids of ``pid``'s child processes, from ``proc`` (Linux's /proc: ``<pid>/stat``); [] where there is none."""
-    found = []
+    found: list[int] = []
     try:
         entries = os.listdir(proc)
     except OSError:
@@ -32,11 +32,11 @@ def children(pid, proc="/proc"):
     return sorted(found)
 
 
-def stop_children(pid=None, proc="/proc"):
+def stop_children(pid: int | None = None, proc: str = "/proc") -> list[int]:
     """SIGKILL every child process of ``pid`` (this process by default); the pids signalled. The call that waits on
     one (ansible's ssh connection) sees it exit and returns a module failure: an ssh client killed by a signal is
     not retried (ansible retries exit code 255 only)."""
-    stopped = []
+    stopped: list[int] = []
     for child in children(os.getpid() if pid is None else pid, proc):
         try:
             os.kill(child, signal.SIGKILL)

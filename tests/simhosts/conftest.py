@@ -5,7 +5,7 @@
 CI=true in the environment it fails with the reason instead (a CI machine that cannot run them must not pass green).
 
 Measured numbers of the simulated-host tests (restarts, wall time), printed at the end of the run.
-`make simhosts` runs the files on two pytest-xdist workers (one file per worker at a time): the lines go to a file
+`make simhosts` runs the files on three pytest-xdist workers (one file per worker at a time): the lines go to a file
 beside the repository's .tmp that the controlling process prints."""
 from __future__ import annotations
 

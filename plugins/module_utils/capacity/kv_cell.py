@@ -8,6 +8,8 @@ window), the attention TP size, the speculative draft (counted in the cell from 
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_shape import DTYPE_BYTES, model_shape
@@ -37,7 +39,8 @@ KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "mxfp8", 
 _FP4 = ("fp4_e2m1", "nvfp4", "fp4_mx_block16")
 
 
-def resolve_kv_cache_dtype(kv_cache_dtype, shape, sglang_version=None):
+def resolve_kv_cache_dtype(kv_cache_dtype: str | None, shape: Any,
+                           sglang_version: str | None = None) -> tuple[str, int]:
     """(name, element bytes) of the KV cache: 'auto' is the model dtype, or fp8_e4m3 when the checkpoint's
     quantization_config says kv_cache_quant_algo FP8 and the release reads it (init_memory_pool, from 0.5.3rc2)."""
     if kv_cache_dtype is None:
@@ -66,7 +69,7 @@ SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # is_eagle() (NEXTN becomes EAGLE) or is_standalone()
 
 
-def check_speculative(speculative_algorithm):
+def check_speculative(speculative_algorithm: Any) -> str | None:
     """The algorithm's name in upper case, or None for none; KvModelError for one the KV model does not know."""
     if speculative_algorithm is None or speculative_algorithm == "":
         return None
@@ -76,7 +79,7 @@ def check_speculative(speculative_algorithm):
     return speculative_algorithm.upper()
 
 
-def _attn_tp(tp_size, dp_size, enable_dp_attention):
+def _attn_tp(tp_size: int, dp_size: int, enable_dp_attention: bool) -> int:
     checks.integer("tp_size", tp_size, KvModelError, minimum=1)
     checks.integer("dp_size", dp_size, KvModelError, minimum=1)
     if enable_dp_attention:
@@ -87,7 +90,7 @@ def _attn_tp(tp_size, dp_size, enable_dp_attention):
     return tp_size
 
 
-def draft_layer_count(shape, speculative_algorithm, draft_layers=None):
+def draft_layer_count(shape: Any, speculative_algorithm: str | None, draft_layers: int | None = None) -> int:
     """D, the draft's KV layers SGLang >= 0.5.14 adds to the cell (spec_aux_hidden_state.py): the draft's
     num_nextn_predict_layers, else its num_hidden_layers. Defaults: NEXTN -> the target's num_nextn_predict_layers;
     EAGLE/EAGLE3 -> 1 (an EAGLE head is one decoder layer); STANDALONE needs draft_layers."""
@@ -106,7 +109,7 @@ def draft_layer_count(shape, speculative_algorithm, draft_layers=None):
     return 1
 
 
-def _uses_hybrid_swa(shape, sglang_version):
+def _uses_hybrid_swa(shape: Any, sglang_version: str | None) -> bool:
     rel = release_of(sglang_version)
     if rel < V_HYBRID_SWA_POOLS:
         return False   # no sliding-window pools (0.4.9: Llama 4 only, with --hybrid-kvcache-ratio)
@@ -117,7 +120,7 @@ def _uses_hybrid_swa(shape, sglang_version):
     return shape.hybrid_swa
 
 
-def _mha_geometry(shape, attn_tp, elem, sglang_version):
+def _mha_geometry(shape: Any, attn_tp: int, elem: int, sglang_version: str | None) -> tuple[int, int]:
     """(F, S): bytes per token per layer of a full and of a sliding-window layer (MHA)."""
     n = max(1, shape.num_kv_heads // attn_tp)
     if kv_era(sglang_version) == "classic":
@@ -126,7 +129,7 @@ def _mha_geometry(shape, attn_tp, elem, sglang_version):
     return n * (shape.head_dim + shape.v_head_dim) * elem, n_swa * (shape.swa_head_dim + shape.swa_v_head_dim) * elem
 
 
-def _nsa_indexer_bytes(shape, layers, sglang_version):
+def _nsa_indexer_bytes(shape: Any, layers: int, sglang_version: str | None) -> int:
     """Indexer K + scales, uint8: (index_head_dim + index_head_dim // 128 * 4) per layer (quant_block_size 128);
     current code divides by index_kpool (ceil)."""
     per = shape.index_head_dim + shape.index_head_dim // 128 * 4
@@ -135,7 +138,8 @@ def _nsa_indexer_bytes(shape, layers, sglang_version):
     return per * layers
 
 
-def _mla_cell(shape, layers, kv_name, elem, sglang_version, dsa_kv_layout):
+def _mla_cell(shape: Any, layers: int, kv_name: str, elem: int, sglang_version: str | None,
+              dsa_kv_layout: str) -> int:
     rank, rope = shape.kv_lora_rank, shape.qk_rope_head_dim
     dim = rank + rope
     if shape.attention == "nsa" and kv_name == "fp8_e4m3" and since(sglang_version, V_DSA_FP8_LAYOUT) \
@@ -148,12 +152,13 @@ def _mla_cell(shape, layers, kv_name, elem, sglang_version, dsa_kv_layout):
     return cell
 
 
-def _validate_geometry(shape):
+def _validate_geometry(shape: Any) -> None:
     if shape.attention == "mha" and not shape.num_kv_heads:
         raise KvModelError("config.json gives no number of KV heads (num_key_value_heads / num_attention_heads)")
 
 
-def _base_cell(shape, attn_tp, kv_name, elem, sglang_version, dsa_kv_layout, swa_full_tokens_ratio, draft):
+def _base_cell(shape: Any, attn_tp: int, kv_name: str, elem: int, sglang_version: str | None, dsa_kv_layout: str,
+               swa_full_tokens_ratio: float, draft: int) -> tuple[float, dict[str, Any] | None]:
     """The cell before the EAGLE draft is added, and the hybrid-SWA pieces (or None)."""
     era = kv_era(sglang_version)
     hybrid = _uses_hybrid_swa(shape, sglang_version)
@@ -199,9 +204,10 @@ def _base_cell(shape, attn_tp, kv_name, elem, sglang_version, dsa_kv_layout, swa
     return full_b * (nf + draft) + swa_full_tokens_ratio * swa_b * ns, swa
 
 
-def cell_and_plan(shape, tp_size=1, dp_size=1, enable_dp_attention=False, kv_cache_dtype="auto",
-                  sglang_version=None, speculative_algorithm=None, draft_layers=None,
-                  swa_full_tokens_ratio=0.8, dsa_kv_layout="auto"):
+def cell_and_plan(shape: Any, tp_size: int = 1, dp_size: int = 1, enable_dp_attention: bool = False,
+                  kv_cache_dtype: str | None = "auto", sglang_version: str | None = None,
+                  speculative_algorithm: str | None = None, draft_layers: int | None = None,
+                  swa_full_tokens_ratio: float = 0.8, dsa_kv_layout: str = "auto") -> tuple[float, dict[str, Any]]:
     """(cell, plan): cell_size_bytes' number and what the pool needs besides it (the shape, the KV dtype, the
     attention TP, the speculative algorithm, the draft layers counted in the cell, the hybrid-SWA pieces or None, the
     target's own cell without the draft or None)."""
@@ -236,9 +242,10 @@ def cell_and_plan(shape, tp_size=1, dp_size=1, enable_dp_attention=False, kv_cac
                   "speculative_algorithm": alg, "draft_layers_in_cell": D, "swa": swa, "target_cell": target_cell}
 
 
-def cell_size_bytes(shape, *, tp_size=1, dp_size=1, enable_dp_attention=False, kv_cache_dtype="auto",
-                    sglang_version=None, speculative_algorithm=None, draft_layers=None,
-                    swa_full_tokens_ratio=0.8, dsa_kv_layout="auto"):
+def cell_size_bytes(shape: Any, *, tp_size: int = 1, dp_size: int = 1, enable_dp_attention: bool = False,
+                    kv_cache_dtype: str | None = "auto", sglang_version: str | None = None,
+                    speculative_algorithm: str | None = None, draft_layers: int | None = None,
+                    swa_full_tokens_ratio: float = 0.8, dsa_kv_layout: str = "auto") -> float:
     """Bytes one KV token takes per GPU, as SGLang divides the budget by it.
 
     - MHA/GQA: max(1, kv_heads // attn_tp) * (head_dim + v_head_dim) * L * elem (classic: head_dim * 2);

@@ -5,6 +5,8 @@
 (chunked_prefill_size, cuda_graph_max_bs). CUDA only."""
 from __future__ import annotations
 
+from typing import Any
+
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_cell import check_speculative
@@ -18,7 +20,8 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_versio
 )
 
 
-def gpu_memory_defaults(gpu_memory_mib, tp_size=1, sglang_version=None):
+def gpu_memory_defaults(gpu_memory_mib: float | None, tp_size: int = 1,
+                        sglang_version: str | None = None) -> tuple[int, int]:
     """(chunked_prefill_size, cuda_graph_max_bs) SGLang picks from the GPU memory (nvidia-smi memory.total MiB,
     MIN over GPUs) when they are not set (CUDA; NPU tiers not modelled)."""
     if gpu_memory_mib is None:
@@ -38,16 +41,19 @@ def gpu_memory_defaults(gpu_memory_mib, tp_size=1, sglang_version=None):
     return 16384, 512
 
 
-def _prefill_graph_sizes(max_bs):
+def _prefill_graph_sizes(max_bs: int) -> list[int]:
     sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
              + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_bs + 1, 512)))
     return [s for s in sizes if s <= max_bs]
 
 
-def default_mem_fraction_static(gpu_memory_mib, tp_size=1, *, pp_size=1, dp_size=1, enable_dp_attention=False,
-                                chunked_prefill_size=None, max_prefill_tokens=16384, cuda_graph_max_bs=None,
-                                cuda_graph_bs=None, speculative_algorithm=None, max_running_requests=None,
-                                max_total_tokens=None, shape=None, sglang_version=None):
+def default_mem_fraction_static(gpu_memory_mib: float | None, tp_size: int = 1, *, pp_size: int = 1,
+                                dp_size: int = 1, enable_dp_attention: bool = False,
+                                chunked_prefill_size: int | None = None, max_prefill_tokens: int = 16384,
+                                cuda_graph_max_bs: int | None = None, cuda_graph_bs: list[int] | None = None,
+                                speculative_algorithm: str | None = None, max_running_requests: int | None = None,
+                                max_total_tokens: int | None = None, shape: Any = None,
+                                sglang_version: str | None = None) -> float:
     """What SGLang uses when --mem-fraction-static is omitted (_handle_gpu_memory_settings, server_args.py;
     handle_gpu_memory_settings, arg_groups/memory_hook.py from 0.5.19).
 
@@ -78,7 +84,7 @@ def default_mem_fraction_static(gpu_memory_mib, tp_size=1, *, pp_size=1, dp_size
         return 0.95 if since(sglang_version, V_TIER35_AND_095) else 0.88
     gpu = checks.number("gpu_memory_mib", gpu_memory_mib, KvModelError, above=0)
     reserved = 512 + (max(cpf, 2048) if cpf > 0 else max(max_prefill_tokens, 2048)) * 1.5
-    graph = bs * 2
+    graph: float = bs * 2
     if enable_dp_attention:
         graph += bs * dp_size * 3
         if bs > 300:
@@ -114,7 +120,8 @@ def default_mem_fraction_static(gpu_memory_mib, tp_size=1, *, pp_size=1, dp_size
     return f
 
 
-def default_for_server_args(gpu_memory_mib, args, *, shape=None, sglang_version=None):
+def default_for_server_args(gpu_memory_mib: float | None, args: dict[str, Any], *, shape: Any = None,
+                            sglang_version: str | None = None) -> float:
     """default_mem_fraction_static for a server's arguments, a dict with SGLang's field names (absent ones take
     SGLang's defaults): the one mapping of server args to that function's inputs."""
     return default_mem_fraction_static(

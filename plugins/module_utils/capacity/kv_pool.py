@@ -12,6 +12,7 @@ outside the budget. A budget <= 0 means SGLang refuses to start; ``lowest_viable
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, cast
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import GIB, KvModelError
@@ -24,7 +25,8 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_versio
 )
 
 
-def check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static=None):
+def check_memory(pre_load_free_gib: float, post_load_free_gib: float,
+                 mem_fraction_static: float | None = None) -> tuple[float, float, float | None]:
     """Validate P, A (GiB) and, when given, f. Returns them as floats; raises KvModelError with the reason."""
     p = checks.number("pre_load_free_gib", pre_load_free_gib, KvModelError, above=0)
     a = checks.number("post_load_free_gib", post_load_free_gib, KvModelError)
@@ -42,27 +44,28 @@ def check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static=None
     return p, a, f
 
 
-def kv_budget_gib(pre_load_free_gib, post_load_free_gib, mem_fraction_static):
+def kv_budget_gib(pre_load_free_gib: float, post_load_free_gib: float, mem_fraction_static: float) -> float:
     """A - P * (1 - f): the GiB the KV pool gets (negative: SGLang refuses to start)."""
     p, a, f = check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static)
-    return a - p * (1 - f)
+    return a - p * (1 - cast(float, f))   # given, so checked and returned
 
 
-def reserved_gib(pre_load_free_gib, mem_fraction_static):
+def reserved_gib(pre_load_free_gib: float, mem_fraction_static: float) -> float:
     """P * (1 - f): what is left for CUDA graphs, activations, (mixin: draft) and allocator slack."""
     p = checks.number("pre_load_free_gib", pre_load_free_gib, KvModelError, above=0)
     f = checks.fraction("mem_fraction_static", mem_fraction_static, KvModelError)
     return p * (1 - f)
 
 
-def min_mem_fraction_static(pre_load_free_gib, post_load_free_gib):
+def min_mem_fraction_static(pre_load_free_gib: float, post_load_free_gib: float) -> float:
     """1 - A / P: the f at which the budget is 0 (SGLang >= 0.5.14 prints it as 'minimum viable');
     lowest_viable_fraction without a multimodal reservation or a target."""
     return lowest_viable_fraction(pre_load_free_gib, post_load_free_gib)
 
 
-def speculative_params(architecture=None, speculative_algorithm="EAGLE", speculative_num_steps=None,
-                       speculative_eagle_topk=None, speculative_num_draft_tokens=None):
+def speculative_params(architecture: str | None = None, speculative_algorithm: str | None = "EAGLE",
+                       speculative_num_steps: int | None = None, speculative_eagle_topk: int | None = None,
+                       speculative_num_draft_tokens: int | None = None) -> tuple[int, int, int]:
     """(steps, topk, draft_tokens) as server_args resolves them: auto_choose_speculative_params when steps is unset
     (STANDALONE and DeepSeek/gpt-oss/Bailing: 3, 1, 4; others 5, 4, 8), and draft_tokens = steps + 1 when topk == 1."""
     steps, topk, draft = speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens
@@ -85,8 +88,10 @@ def speculative_params(architecture=None, speculative_algorithm="EAGLE", specula
     return steps, topk, draft
 
 
-def eagle_headroom_tokens(max_running_requests=None, architecture=None, speculative_algorithm="EAGLE",
-                          speculative_num_steps=None, speculative_eagle_topk=None, speculative_num_draft_tokens=None):
+def eagle_headroom_tokens(max_running_requests: int | None = None, architecture: str | None = None,
+                          speculative_algorithm: str | None = "EAGLE", speculative_num_steps: int | None = None,
+                          speculative_eagle_topk: int | None = None,
+                          speculative_num_draft_tokens: int | None = None) -> int:
     """Classic (< 0.5.7) init_memory_pool: R*steps*topk + R*draft_tokens + 100 tokens added to the profiled count,
     outside the budget. R = --max-running-requests, which speculative decoding defaults to 48."""
     r = checks.integer("max_running_requests", 48 if max_running_requests is None else max_running_requests,
@@ -96,13 +101,15 @@ def eagle_headroom_tokens(max_running_requests=None, architecture=None, speculat
     return r * steps * topk + r * draft + 100
 
 
-def _page_floor(tokens, page_size):
+def _page_floor(tokens: int, page_size: int) -> int:
     return tokens // page_size * page_size
 
 
-def pool_sizes(budget_gib, cell, page_size=1, max_total_tokens=None, sglang_version=None,
-               speculative_algorithm=None, max_running_requests=None, speculative_num_steps=None,
-               speculative_eagle_topk=None, speculative_num_draft_tokens=None, architecture=None, swa=None):
+def pool_sizes(budget_gib: float, cell: float, page_size: int = 1, max_total_tokens: int | None = None,
+               sglang_version: str | None = None, speculative_algorithm: str | None = None,
+               max_running_requests: int | None = None, speculative_num_steps: int | None = None,
+               speculative_eagle_topk: int | None = None, speculative_num_draft_tokens: int | None = None,
+               architecture: str | None = None, swa: Any = None) -> dict[str, Any]:
     """max_total_num_tokens (full-attention tokens for hybrid SWA), swa tokens and classic headroom."""
     checks.integer("page_size", page_size, KvModelError, minimum=1)
     checks.integer("max_total_tokens", max_total_tokens, KvModelError, minimum=1, allow_none=True)
@@ -112,7 +119,7 @@ def pool_sizes(budget_gib, cell, page_size=1, max_total_tokens=None, sglang_vers
     era = kv_era(sglang_version)
     alg = check_speculative(speculative_algorithm)
     headroom = 0
-    out = {"max_total_num_tokens": 0, "swa_max_total_num_tokens": None, "eagle_headroom_tokens": 0}
+    out: dict[str, Any] = {"max_total_num_tokens": 0, "swa_max_total_num_tokens": None, "eagle_headroom_tokens": 0}
     if era == "classic":
         tokens = int(budget * GIB // cell)   # profile_max_num_token: int(rest * (1 << 30) // cell_size)
         if alg in EAGLE_FAMILY:
@@ -168,9 +175,11 @@ def pool_sizes(budget_gib, cell, page_size=1, max_total_tokens=None, sglang_vers
     return out
 
 
-def max_total_num_tokens(budget_gib, cell_size_bytes, *, page_size=1, max_total_tokens=None, sglang_version=None,
-                         speculative_algorithm=None, max_running_requests=None, speculative_num_steps=None,
-                         speculative_eagle_topk=None, speculative_num_draft_tokens=None, architecture=None):
+def max_total_num_tokens(budget_gib: float, cell_size_bytes: float, *, page_size: int = 1,
+                         max_total_tokens: int | None = None, sglang_version: str | None = None,
+                         speculative_algorithm: str | None = None, max_running_requests: int | None = None,
+                         speculative_num_steps: int | None = None, speculative_eagle_topk: int | None = None,
+                         speculative_num_draft_tokens: int | None = None, architecture: str | None = None) -> int:
     """Tokens the pool gets for a budget (GiB) and a cell (bytes), as SGLang logs max_total_num_tokens.
 
     int(budget * 2**30) // cell (classic: int(budget * 2**30 // cell)); classic + EAGLE family: + the headroom
@@ -183,7 +192,7 @@ def max_total_num_tokens(budget_gib, cell_size_bytes, *, page_size=1, max_total_
                       speculative_num_draft_tokens, architecture)["max_total_num_tokens"]
 
 
-def smallest_fraction(tokens_at, target, lo, hi):
+def smallest_fraction(tokens_at: Callable[[float], float], target: float, lo: float, hi: float) -> float | None:
     """Smallest float f in (lo, hi] with tokens_at(f) >= target, tokens_at non-decreasing; None if tokens_at(hi)
     falls short."""
     if tokens_at(hi) < target:
@@ -204,7 +213,7 @@ def smallest_fraction(tokens_at, target, lo, hi):
 F_MAX = 1 - 2 ** -40   # the largest f considered: SGLang needs f < 1
 
 
-def _round_up(f, resolution, tokens_at, target):
+def _round_up(f: float, resolution: float | None, tokens_at: Callable[[float], int], target: int) -> float:
     if resolution is None:
         return f
     res = checks.fraction("resolution", resolution, KvModelError)
@@ -217,9 +226,10 @@ def _round_up(f, resolution, tokens_at, target):
     return g
 
 
-def _fraction_for_target(p, a, mm, target, cell_size_bytes, page_size):
+def _fraction_for_target(p: float, a: float, mm: float, target: int, cell_size_bytes: float,
+                         page_size: int) -> tuple[float, Callable[[float], int]]:
     """(f, tokens_at): the smallest f whose pool, with the budget A - P * (1 - f) - mm, holds `target` tokens."""
-    def tokens_at(f):
+    def tokens_at(f: float) -> int:
         return max_total_num_tokens(a - p * (1 - f) - mm, cell_size_bytes, page_size=page_size)
 
     f = smallest_fraction(tokens_at, target, max(0.0, 1 - (a - mm) / p), F_MAX)
@@ -231,8 +241,9 @@ def _fraction_for_target(p, a, mm, target, cell_size_bytes, page_size):
     return f, tokens_at
 
 
-def lowest_viable_fraction(pre_load_free_gib, post_load_free_gib, *, mm_reservation_gib=0.0, target_tokens=None,
-                           cell_size_bytes=None, page_size=1):
+def lowest_viable_fraction(pre_load_free_gib: float, post_load_free_gib: float, *, mm_reservation_gib: float = 0.0,
+                           target_tokens: int | None = None, cell_size_bytes: Any = None,
+                           page_size: int = 1) -> float:
     """The lowest --mem-fraction-static worth starting SGLang with, the one lower bound of the capacity report
     (capacity()'s min_mem_fraction_static) and of the tuner's search (kv_search.lower_bound).
 
@@ -251,8 +262,9 @@ def lowest_viable_fraction(pre_load_free_gib, post_load_free_gib, *, mm_reservat
     return _fraction_for_target(p, a, mm, target, cell_size_bytes, page_size)[0]
 
 
-def mem_fraction_for_tokens(target_tokens, cell_size_bytes, pre_load_free_gib, post_load_free_gib, *, page_size=1,
-                            resolution=None):
+def mem_fraction_for_tokens(target_tokens: int, cell_size_bytes: float, pre_load_free_gib: float,
+                            post_load_free_gib: float, *, page_size: int = 1,
+                            resolution: float | None = None) -> float:
     """The smallest --mem-fraction-static giving at least target_tokens (mixin/current arithmetic, no speculative
     headroom: for those, and for hybrid sliding-window models, capacity() solves through the whole model).
 

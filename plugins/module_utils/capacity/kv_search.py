@@ -33,6 +33,7 @@ is below the margin is healthy but too close to the edge: it is an upper bound, 
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_pool
@@ -60,13 +61,13 @@ class KvSearchError(checks.InvalidInput):
 # The value: one grid, one written form, one tolerance
 # --------------------------------------------------------------------------------------------------------------
 
-def decimals(resolution):
+def decimals(resolution: float) -> int:
     """Decimal places of the grid's points: 0.005 -> 3, 0.0005 -> 4, 0.01 -> 2."""
     text = ("%.10f" % resolution).rstrip("0")
     return len(text.split(".")[1]) if "." in text else 0
 
 
-def check_resolution(resolution):
+def check_resolution(resolution: Any) -> float:
     """The grid step as a float: a decimal step in [MIN_RESOLUTION, 0.1] (0.005, 0.0005, 0.01; not 1/3)."""
     res = checks.number("resolution", resolution, KvSearchError, minimum=MIN_RESOLUTION, maximum=0.1)
     if abs(round(res, decimals(res)) - res) > TOLERANCE:
@@ -74,26 +75,26 @@ def check_resolution(resolution):
     return res
 
 
-def same_value(left, right):
+def same_value(left: float, right: float) -> bool:
     """Whether two values of --mem-fraction-static are the same (TOLERANCE)."""
     return abs(float(left) - float(right)) <= TOLERANCE
 
 
-def grid_down(value, resolution):
+def grid_down(value: float, resolution: float) -> float:
     """The largest grid point <= value: a prediction never exceeds what the measurement allows."""
     return round(math.floor(value / resolution + TOLERANCE) * resolution, decimals(resolution))
 
 
-def grid_up(value, resolution):
+def grid_up(value: float, resolution: float) -> float:
     """The smallest grid point >= value: a lower bound stays a value that can start."""
     return round(math.ceil(value / resolution - TOLERANCE) * resolution, decimals(resolution))
 
 
-def on_grid(value, resolution):
+def on_grid(value: float, resolution: float) -> bool:
     return same_value(value, round(round(value / resolution) * resolution, decimals(resolution)))
 
 
-def value_text(value, resolution=None):
+def value_text(value: Any, resolution: float | None = None) -> str:
     """The one written form of a --mem-fraction-static: on a grid, exactly its decimals ("0.910", "0.9125"), which
     read back as the same float; without a grid (a value an operator wrote), the shortest text that round-trips
     ("0.88"). A value off the grid it claims is a bug upstream, not something to round quietly."""
@@ -105,7 +106,7 @@ def value_text(value, resolution=None):
     return "%.*f" % (decimals(resolution), value)
 
 
-def parse_value(text):
+def parse_value(text: Any) -> float:
     """A --mem-fraction-static read back as text (a command line, a log, a drop-in) as a float in (0, 1)."""
     return checks.fraction("mem_fraction_static",
                            checks.parse_number("mem_fraction_static", text, float, KvSearchError), KvSearchError)
@@ -115,8 +116,8 @@ def parse_value(text):
 # The search
 # --------------------------------------------------------------------------------------------------------------
 
-def lower_bound(pre_load_free_gib, post_load_free_gib, target_tokens=None, cell_size_bytes=None, page_size=1,
-                mm_reservation_gib=0.0):
+def lower_bound(pre_load_free_gib: float, post_load_free_gib: float, target_tokens: int | None = None,
+                cell_size_bytes: float | None = None, page_size: int = 1, mm_reservation_gib: float = 0.0) -> float:
     """The lowest f worth trying: above the f at which the KV budget (less a multimodal model's reservation) is 0
     (SGLang refuses to start) and, with a target (e.g. the required context length in tokens) and the cell size, the
     smallest f that gives it. The capacity report's lowest f: kv_pool.lowest_viable_fraction."""
@@ -128,8 +129,9 @@ def lower_bound(pre_load_free_gib, post_load_free_gib, target_tokens=None, cell_
         raise KvSearchError(str(exc)) from exc
 
 
-def new_state(pre_load_free_gib, f0, lo=None, cap=DEFAULT_CAP, resolution=DEFAULT_RESOLUTION, safety_gib=1.0,
-              budget=DEFAULT_BUDGET, guess=None):
+def new_state(pre_load_free_gib: float, f0: float, lo: float | None = None, cap: float = DEFAULT_CAP,
+              resolution: float = DEFAULT_RESOLUTION, safety_gib: float = 1.0, budget: int = DEFAULT_BUDGET,
+              guess: float | None = None) -> dict[str, Any]:
     """A fresh search. ``f0`` = the first value measured (the running value may lie off the grid; every later one
     is on it). ``lo`` = the lowest viable f (lower_bound()), None for "anything above 0"; ``cap`` = the highest f
     ever tried; ``budget`` = trials in all, the first measurement included; ``guess`` = a value believed to start
@@ -158,29 +160,30 @@ def new_state(pre_load_free_gib, f0, lo=None, cap=DEFAULT_CAP, resolution=DEFAUL
     }
 
 
-def _optional(trial, name, minimum=None):
+def _optional(trial: dict[str, Any], name: str, minimum: float | None = None) -> float | None:
     value = trial.get(name)
     return None if value is None else checks.number("trial %s" % name, value, KvSearchError, minimum=minimum)
 
 
-def _check_trial(trial):
+def _check_trial(trial: Any) -> dict[str, Any]:
     if not isinstance(trial, dict):
         raise KvSearchError("a trial must be a dict with f and outcome, got %r" % (trial,))
     f = checks.fraction("trial f", trial.get("f"), KvSearchError)
     outcome = trial.get("outcome")
     if outcome not in OUTCOMES:
         raise KvSearchError("trial outcome must be one of %s, got %r" % (", ".join(OUTCOMES), outcome))
-    out = {"f": f, "outcome": outcome, "min_free_gib": None, "tokens": trial.get("tokens"),
-           "growth": _optional(trial, "growth", minimum=1.0),
-           "oom_deficit_gib": _optional(trial, "oom_deficit_gib", minimum=0.0),
-           "pre_load_free_gib": _optional(trial, "pre_load_free_gib"),
-           "post_load_free_gib": _optional(trial, "post_load_free_gib")}
+    out: dict[str, Any] = {
+        "f": f, "outcome": outcome, "min_free_gib": None, "tokens": trial.get("tokens"),
+        "growth": _optional(trial, "growth", minimum=1.0),
+        "oom_deficit_gib": _optional(trial, "oom_deficit_gib", minimum=0.0),
+        "pre_load_free_gib": _optional(trial, "pre_load_free_gib"),
+        "post_load_free_gib": _optional(trial, "post_load_free_gib")}
     if outcome == "stable":
         out["min_free_gib"] = checks.number("min_free_gib of a stable trial", trial.get("min_free_gib"), KvSearchError)
     return out
 
 
-def stop(state, reason):
+def stop(state: dict[str, Any], reason: str | None) -> dict[str, Any]:
     """End the search now (the caller knows why: a class's value verified). Returns the state."""
     state["next"] = None
     state["done"] = True
@@ -191,7 +194,7 @@ def stop(state, reason):
 _finish = stop
 
 
-def _upper(state):
+def _upper(state: dict[str, Any]) -> float:
     """The highest f still worth trying: one step below the lowest known-bad value, or the cap."""
     res = state["resolution"]
     if state["ceiling"] is None:
@@ -199,19 +202,19 @@ def _upper(state):
     return min(state["cap"], grid_down(state["ceiling"] - res, res))
 
 
-def _lower(state):
+def _lower(state: dict[str, Any]) -> float:
     """The lowest f still worth trying: one step above the best, or the floor."""
     if state["best"] is None:
         return state["floor"]
     return max(state["floor"], grid_up(state["best"] + state["resolution"], state["resolution"]))
 
 
-def _stable(state):
+def _stable(state: dict[str, Any]) -> list[dict[str, Any]]:
     """The stable trials, highest value first."""
     return sorted((t for t in state["trials"] if t["outcome"] == "stable"), key=lambda t: -t["f"])
 
 
-def slope(state):
+def slope(state: dict[str, Any]) -> float:
     """GiB of free memory under load lost per unit of f: the formula's P * growth, or the measured slope of the two
     highest stable trials when it is steeper."""
     prior = state["p_gib"] * state["growth"]
@@ -222,13 +225,14 @@ def slope(state):
     return prior
 
 
-def _predict(state, trial):
+def _predict(state: dict[str, Any], trial: dict[str, Any]) -> float | None:
     """The next value from what the trials measured, or None when they say nothing about memory (bisect)."""
     res, safety = state["resolution"], state["safety_gib"]
     stable = _stable(state)
     ref = stable[0] if stable else None
     s = slope(state)
     if trial["outcome"] == "stable":
+        ref = cast("dict[str, Any]", ref)   # the trial itself is among the stable ones
         return grid_down(ref["f"] + (ref["min_free_gib"] - safety) / s, res)
     if trial["outcome"] in ("startup_oom", "runtime_oom") and trial["oom_deficit_gib"] is not None:
         # Under the load (or the capture) at f, about -deficit GiB was free.
@@ -246,13 +250,13 @@ def _predict(state, trial):
     return None
 
 
-def _bisect(state):
+def _bisect(state: dict[str, Any]) -> float:
     """Midpoint (grid, rounded down) of the open bracket."""
     low, high = _lower(state), _upper(state)
     return max(low, grid_down((low + high) / 2, state["resolution"]))
 
 
-def _learn(state, trial):
+def _learn(state: dict[str, Any], trial: dict[str, Any]) -> None:
     """What one trial says about the bracket, the floor and the growth of memory with f."""
     res = state["resolution"]
     if trial["growth"] is not None:
@@ -273,7 +277,7 @@ def _learn(state, trial):
         state["ceiling"] = trial["f"] if state["ceiling"] is None else min(state["ceiling"], trial["f"])
 
 
-def record(state, trial):
+def record(state: dict[str, Any], trial: Any) -> dict[str, Any]:
     """Add one trial's result and decide the next value (state["next"], None when done). Returns the state."""
     if state.get("done"):
         raise KvSearchError("the search is finished (%s); no more trials to record" % state.get("reason"))
@@ -309,11 +313,11 @@ def record(state, trial):
     return state
 
 
-def next_trial(state):
+def next_trial(state: dict[str, Any]) -> float | None:
     """The next f to try, or None when the search is done."""
     return None if state.get("done") else state.get("next")
 
 
-def best(state):
+def best(state: dict[str, Any]) -> float | None:
     """The highest f that was stable and kept the safety margin (None: no such trial; keep last-known-good)."""
     return state.get("best")

@@ -12,6 +12,7 @@ model_config's job.
 from __future__ import annotations
 
 from collections import namedtuple
+from typing import Any
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import KvModelError
@@ -83,7 +84,7 @@ _MM_DISABLED_ARCHS = frozenset(["Gemma3ForConditionalGeneration", "Llama4ForCond
                                 "Step3VLForConditionalGeneration"])
 
 
-def _text_config(config):
+def _text_config(config: dict[str, Any]) -> tuple[Any, str | None]:
     for key in _TEXT_CONFIG_KEYS:
         sub = config.get(key)
         if isinstance(sub, dict):
@@ -93,12 +94,12 @@ def _text_config(config):
     return config, None
 
 
-def _get(cfg, key, default=None):
+def _get(cfg: dict[str, Any], key: str, default: Any = None) -> Any:
     value = cfg.get(key, default)
     return default if value is None else value
 
 
-def _int_field(cfg, key, where, required=True, minimum=1):
+def _int_field(cfg: dict[str, Any], key: str, where: str, required: bool = True, minimum: int = 1) -> Any:
     value = cfg.get(key)
     if value is None:
         if required:
@@ -109,7 +110,7 @@ def _int_field(cfg, key, where, required=True, minimum=1):
     return value
 
 
-def _resolve_model_dtype(text, config, dtype):
+def _resolve_model_dtype(text: dict[str, Any], config: dict[str, Any], dtype: str) -> str:
     """_get_and_verify_dtype: the config's dtype/torch_dtype (sub-configs inherit the parent's); 'auto' keeps it,
     except float32 (or none given) becomes float16, or bfloat16 for Gemma."""
     if dtype is None:
@@ -137,7 +138,7 @@ def _resolve_model_dtype(text, config, dtype):
     return config_dtype
 
 
-def _layer_split(text, architecture, num_layers, where):
+def _layer_split(text: Any, architecture: str, num_layers: int, where: str) -> tuple[int, int]:
     """(full_layers, swa_layers) from layer_types / hybrid_layer_pattern / Llama 4 / Gemma 2-3 conventions."""
     layer_types = text.get("layer_types")
     if isinstance(layer_types, list) and layer_types:
@@ -166,7 +167,7 @@ _GDN_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen
 _SSM_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _linear_state(text, where):
+def _linear_state(text: dict[str, Any], where: str) -> tuple[Any, int] | None:
     """(LinearState, full-attention layers) of a hybrid linear-attention text config, None for any other model;
     KvModelError for a linear-attention kind whose state SGLang sizes in a way this model does not cover."""
     model_type = str(text.get("model_type") or "")
@@ -211,7 +212,7 @@ def _linear_state(text, where):
     return None
 
 
-def _kv_heads(text, config, where):
+def _kv_heads(text: dict[str, Any], config: dict[str, Any], where: str) -> int:
     """get_total_num_kv_heads: multi_query -> 1; n_head_kv, num_kv_heads, num_key_value_heads,
     multi_query_group_num, num_attention_groups; else num_attention_heads."""
     falcon_new = config.get("model_type") in ("falcon", "RefinedWeb", "RefinedWebModel") \
@@ -227,7 +228,7 @@ def _kv_heads(text, config, where):
     return _int_field(text, "num_attention_heads", where)
 
 
-def model_shape(config, dtype="auto"):
+def model_shape(config: Any, dtype: str = "auto") -> Any:
     """Read what the KV cache depends on from a Hugging Face config.json (a dict), following text_config,
     language_config, llm_config or thinker_config for multimodal models. `dtype` is SGLang's --dtype.
 

@@ -33,6 +33,8 @@ per-draft-token state), pipeline parallelism, the 0.5.20+ ReplaySSM ring buffers
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import GIB, KvModelError
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_versions import release_of
@@ -48,14 +50,15 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 __all__ = ["state_bytes_per_request", "state_slots", "DEFAULT_RATIO"]
 
 
-def _divide(value, tp, what):
+def _divide(value: int, tp: int, what: str) -> int:
     if value % tp:
         raise KvModelError("%s %d is not divisible by the attention TP size %d: SGLang refuses this split"
                            % (what, value, tp))
     return value // tp
 
 
-def state_bytes_per_request(state, attn_tp=1, sglang_version=None, mamba_ssm_dtype=None):
+def state_bytes_per_request(state: Any, attn_tp: int = 1, sglang_version: str | None = None,
+                            mamba_ssm_dtype: str | None = None) -> int:
     """Bytes of one request's recurrent state on one GPU (module docstring). ``state`` is kv_shape.LinearState."""
     checks.integer("attention TP size", attn_tp, KvModelError, minimum=1)
     ssm = mamba_ssm_dtype
@@ -72,8 +75,10 @@ def state_bytes_per_request(state, attn_tp=1, sglang_version=None, mamba_ssm_dty
     return (conv + ssm_bytes) * state.layers
 
 
-def state_slots(rest_gib, per_request, sglang_version=None, ratio=None, max_mamba_cache_size=None,
-                disable_radix_cache=False, max_running_requests=None, dp_size=1, radix_forced_off=False):
+def state_slots(rest_gib: float, per_request: int, sglang_version: str | None = None, ratio: float | None = None,
+                max_mamba_cache_size: int | None = None, disable_radix_cache: bool = False,
+                max_running_requests: int | None = None, dp_size: int = 1,
+                radix_forced_off: bool = False) -> tuple[int, float]:
     """(K, state_gib): the request slots of the state pool and the GiB it takes out of ``rest_gib`` (module
     docstring). K <= 0 means SGLang does not start (from 0.5.13 it says so; before, the pool is empty).
     ``radix_forced_off``: the model class turns radix cache off itself (Nemotron-H, Falcon-H1 in 0.5.4 - 0.5.6)."""

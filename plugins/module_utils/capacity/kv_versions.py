@@ -19,6 +19,7 @@ Smaller changes inside an era are the ``V_*`` releases below, tested with ``sinc
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base import KvModelError
 
@@ -35,7 +36,7 @@ _PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "
 CURRENT_VERSION = "0.5.23"
 
 
-def parse_version(version):
+def parse_version(version: Any) -> tuple[tuple[int, ...], tuple[int, int], int, float]:
     """PEP 440-style sort key for an SGLang version ("0.5.5.post3", "0.5.6rc1", "v0.5.9", "0.5.10.dev0+gabc")."""
     if not isinstance(version, str):
         raise KvModelError("sglang_version must be a string such as '0.5.9', got %r" % (version,))
@@ -56,18 +57,18 @@ def parse_version(version):
     return release, pre, post, dev
 
 
-def compare_versions(left, right):
+def compare_versions(left: str, right: str) -> int:
     """-1, 0 or 1 as left <, ==, > right."""
     a, b = parse_version(left), parse_version(right)
     return (a > b) - (a < b)
 
 
-def release_of(version):
+def release_of(version: str | None) -> tuple[int, ...]:
     """The release segment (major, minor, micro) of a version; None means CURRENT_VERSION."""
     return parse_version(CURRENT_VERSION if version is None else version)[0][:3]
 
 
-def since(version, threshold):
+def since(version: str | None, threshold: tuple[int, ...]) -> bool:
     """True when `version` (None = current) is at or after release `threshold` (a tuple); pre-releases of a
     release count as that release (0.5.7rc1 has 0.5.7's code)."""
     return release_of(version) >= threshold
@@ -122,7 +123,7 @@ MODEL_CLASS_ABSENT_IN = {
 }
 
 
-def model_class_missing(architecture, sglang_version):
+def model_class_missing(architecture: Any, sglang_version: str | None) -> str | None:
     """The newest release checked without `architecture` when `sglang_version` is at or before it, else None."""
     absent = MODEL_CLASS_ABSENT_IN.get(architecture)
     if absent is None or sglang_version is None or compare_versions(sglang_version, absent) > 0:
@@ -130,7 +131,7 @@ def model_class_missing(architecture, sglang_version):
     return absent
 
 
-def kv_era(sglang_version=None):
+def kv_era(sglang_version: str | None = None) -> str:
     """'classic' (< 0.5.7), 'mixin' (0.5.7 - 0.5.13) or 'current' (>= 0.5.14; also for None)."""
     rel = release_of(sglang_version)
     if rel < V_MIXIN:
@@ -140,7 +141,7 @@ def kv_era(sglang_version=None):
     return "current"
 
 
-def is_classic(sglang_version):
+def is_classic(sglang_version: str | None) -> bool:
     """True for SGLang whose init_memory_pool adds the EAGLE headroom outside the budget and whose MHA cell ignores
     v_head_dim: every release before 0.5.7, post releases included (0.5.5.post3, 0.5.6.post2). None = current."""
     return sglang_version is not None and kv_era(sglang_version) == "classic"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+from typing import Any, Callable
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.host import host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.boot_trust import checkpoint_bytes
@@ -28,7 +29,7 @@ class ModelConfigError(KvModelError):
     """config.json missing, unreadable, not JSON or not a JSON object."""
 
 
-def resolve_config_path(path):
+def resolve_config_path(path: Any) -> str:
     """The config.json a path stands for: the file itself, <dir>/config.json, or the one snapshot of a Hugging Face
     cache repository directory (<dir>/snapshots/<revision>/config.json)."""
     if not isinstance(path, str) or not path.strip():
@@ -53,11 +54,11 @@ def resolve_config_path(path):
     return path
 
 
-def _read_safely(path):
+def _read_safely(path: str) -> bytes:
     return host_files.read_walking(os.path.abspath(path), MAX_CONFIG_BYTES)[0]
 
 
-def read_config_file(path, read=None):
+def read_config_file(path: str, read: Callable[[str], bytes] | None = None) -> dict[str, Any]:
     """Parse one config.json file into a dict, its bytes from ``read`` (module docstring)."""
     try:
         raw = (read or _read_safely)(path)
@@ -79,14 +80,14 @@ def read_config_file(path, read=None):
     return data
 
 
-def load_model_config(source, read=None):
+def load_model_config(source: Any, read: Callable[[str], bytes] | None = None) -> dict[str, Any]:
     """The config.json dict for a dict, a config.json path or a model directory."""
     if isinstance(source, dict):
         return copy.deepcopy(source)
     return read_config_file(resolve_config_path(source), read)
 
 
-def load_checkpoint_size(source, read=None):
+def load_checkpoint_size(source: Any, read: Callable[[str], bytes] | None = None) -> int | None:
     """The checkpoint's bytes for a config.json path or a model directory: ``metadata.total_size`` of the
     ``model.safetensors.index.json`` beside config.json, else the size of a single ``model.safetensors``; None when
     neither is there (a Hub id, a config.json copied on its own)."""

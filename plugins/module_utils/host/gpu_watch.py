@@ -7,6 +7,7 @@ boot_trust.add_sample. Memory another process takes or gives back there moves un
 from __future__ import annotations
 
 import threading
+from typing import Any, Callable, Iterable
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup import boot_trust
 from ansible_collections.llmserve.sglang.plugins.module_utils.host import host_files
@@ -24,14 +25,18 @@ class Watch(threading.Thread):
     (the others) hold on its GPUs (boot_trust.add_sample). The units' processes are their cgroups', read at every
     sample, as a server forks its ranks while it starts."""
 
-    def __init__(self, sample, gpus, control_groups, interval=None):
+    def __init__(self, sample: Callable[[], list[dict[str, Any]]], gpus: Iterable[int],
+                 control_groups: Iterable[str | None], interval: float | None = None) -> None:
         super().__init__(daemon=True)
         self.interval = WATCH_INTERVAL_S if interval is None else interval
         self.sample, self.gpus, self.control_groups = sample, set(gpus), [group for group in control_groups if group]
-        self.seen, self.samples, self.error, self.known = {}, 0, None, set()
+        self.seen: dict[int, dict[str, Any]] = {}
+        self.samples = 0
+        self.error: str | None = None
+        self.known: set[int] = set()
         self.done = threading.Event()
 
-    def run(self):
+    def run(self) -> None:
         while not self.done.is_set():
             try:
                 pids = host_files.unit_pids(self.control_groups[0]) if self.control_groups else None
@@ -48,7 +53,7 @@ class Watch(threading.Thread):
                 return
             self.done.wait(self.interval)
 
-    def result(self):
+    def result(self) -> dict[str, Any]:
         self.done.set()
         self.join(5)
         seen = [dict({key: value for key, value in entry.items() if key != "unlisted_last_bytes"},
@@ -58,7 +63,7 @@ class Watch(threading.Thread):
                 "watch": {"samples": self.samples, "error": self.error}}
 
 
-def control_group(module, unit):
+def control_group(module: Any, unit: str) -> str | None:
     """A unit's ControlGroup property, None when it cannot be read."""
     try:
         return unit_properties(module, unit, ["ControlGroup"]).get("ControlGroup") or None
@@ -66,12 +71,12 @@ def control_group(module, unit):
         return None
 
 
-def start_watch(module, gpus, units, interval=None):
+def start_watch(module: Any, gpus: Iterable[int], units: Iterable[str], interval: float | None = None) -> Watch:
     """A started Watch of ``gpus`` whose servers are ``units`` (the first one's and its neighbours'), sampled through
     the module's nvidia_smi and prefer options every ``interval`` seconds (WATCH_INTERVAL_S)."""
     params = module.params
 
-    def run_command(argv):
+    def run_command(argv: list[str]) -> tuple[int, str, str]:
         return module.run_command(argv, environ_update=C_LOCALE)
 
     sample = free_memory_sampler(run_command=run_command, nvidia_smi=params.get("nvidia_smi"),

@@ -4,6 +4,8 @@
 """Commands the modules run on the managed host: in the C locale (their output is parsed), and systemctl show."""
 from __future__ import annotations
 
+from typing import Any
+
 # Parsed output must not be translated or formatted for a locale.
 C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
 
@@ -12,10 +14,10 @@ class SystemctlError(RuntimeError):
     """systemctl is missing or `systemctl show` failed; the message says which."""
 
 
-def parse_show(text):
+def parse_show(text: str) -> dict[str, str]:
     """`systemctl show` output (KEY=VALUE lines) as a dict; a property that systemd prints once per entry
     (EnvironmentFiles=) keeps every entry, one per line."""
-    out = {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
         if "=" in line:
             key, value = line.split("=", 1)
@@ -23,12 +25,12 @@ def parse_show(text):
     return out
 
 
-def environment_files(value):
+def environment_files(value: str | None) -> list[str]:
     """The paths of a unit's EnvironmentFiles property (``/etc/sglang/a.env (ignore_errors=no)``, one per line)."""
     return [line.rsplit(" (ignore_errors=", 1)[0] for line in (value or "").splitlines() if line.strip()]
 
 
-def environment_variable(text, name):
+def environment_variable(text: str, name: str) -> str | None:
     """The value an EnvironmentFile (``text``) gives ``name``, as systemd reads it (KEY=VALUE lines, ``#`` and ``;``
     comments, one pair of quotes around the value, the last assignment wins); None when it does not set it."""
     found = None
@@ -42,7 +44,7 @@ def environment_variable(text, name):
     return found
 
 
-def unit_properties(module, unit, names):
+def unit_properties(module: Any, unit: str, names: list[str]) -> dict[str, str]:
     """The properties ``names`` of ``unit`` (`systemctl show --property=...`) as a dict of strings, through an
     AnsibleModule's run_command. Raises SystemctlError when systemctl is missing or fails."""
     systemctl = module.get_bin_path("systemctl")
@@ -55,7 +57,7 @@ def unit_properties(module, unit, names):
     return parse_show(out)
 
 
-def list_units(module, pattern):
+def list_units(module: Any, pattern: str) -> list[str]:
     """The names of the loaded units that match ``pattern`` (`systemctl list-units --all`), [] when none."""
     systemctl = module.get_bin_path("systemctl")
     if not systemctl:
@@ -67,7 +69,7 @@ def list_units(module, pattern):
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def unit_journal(module, unit, since, grep, lines):
+def unit_journal(module: Any, unit: str, since: float, grep: str, lines: int) -> tuple[str | None, str | None]:
     """(text, error) of the lines of ``unit``'s journal since the Unix time ``since`` that match the PCRE2 ``grep``,
     the newest ``lines`` of them, each with its time (``--output short-unix``), through an AnsibleModule's
     run_command; text None and the reason when journalctl is missing or fails (a journalctl without --grep)."""

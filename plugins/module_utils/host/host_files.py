@@ -20,6 +20,7 @@ import os
 import pwd
 import shlex
 import stat
+from typing import Any, Callable, Collection, Iterable
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.host import host_commands
 
@@ -30,14 +31,14 @@ class UntrustedPath(OSError):
     """A path root will not rely on, or a file the service user could not read; the message says which and why."""
 
 
-def _check_root_owned(path, info):
+def _check_root_owned(path: str, info: os.stat_result) -> None:
     if info.st_uid != 0:
         raise UntrustedPath("%s belongs to uid %d, not root" % (path, info.st_uid))
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not stat.S_ISLNK(info.st_mode):
         raise UntrustedPath("%s is writable by group or others (mode %o)" % (path, stat.S_IMODE(info.st_mode)))
 
 
-def trusted_realpath(path, _depth=0):
+def trusted_realpath(path: str, _depth: int = 0) -> str:
     """The real path of ``path`` after checking that root alone controls every component on the way, the targets of
     its symlinks included. Raises UntrustedPath (or FileNotFoundError)."""
     if _depth > 16:
@@ -63,13 +64,14 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEX
 _MAX_SYMLINKS = 40
 
 
-def _read_fd(fd, path, max_bytes):
+def _read_fd(fd: int, path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise UntrustedPath("%s is not a regular file" % path)
     if info.st_size > max_bytes:
         raise UntrustedPath("%s is larger than %d bytes" % (path, max_bytes))
-    chunks, left = [], max_bytes + 1
+    chunks: list[bytes] = []
+    left = max_bytes + 1
     while left > 0:
         chunk = os.read(fd, min(left, 1 << 20))
         if not chunk:
@@ -81,7 +83,7 @@ def _read_fd(fd, path, max_bytes):
     return b"".join(chunks), info
 
 
-def _read_regular(path, max_bytes):
+def _read_regular(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     fd = os.open(path, _OPEN_FLAGS)
     try:
         return _read_fd(fd, path, max_bytes)
@@ -89,7 +91,8 @@ def _read_regular(path, max_bytes):
         os.close(fd)
 
 
-def read_walking(path, max_bytes=MAX_BYTES, may=None):
+def read_walking(path: Any, max_bytes: int = MAX_BYTES,
+                 may: Callable[[os.stat_result, str, str], None] | None = None) -> tuple[bytes, os.stat_result]:
     """(bytes, os.stat_result) of the regular file ``path``, opened one component at a time from ``/`` with
     O_NOFOLLOW, each relative to the directory already opened: the kernel follows no symlink, each one is read and
     resolved here (at most 40), so that nothing can be swapped in between a check and the open. A FIFO, a device,
@@ -142,7 +145,7 @@ def read_walking(path, max_bytes=MAX_BYTES, may=None):
         os.close(fd)
 
 
-def read_trusted(path, max_bytes=MAX_BYTES):
+def read_trusted(path: str, max_bytes: int = MAX_BYTES) -> tuple[bytes, os.stat_result]:
     """(bytes, os.stat_result) of a file that root alone controls (see the module docstring)."""
     real = trusted_realpath(path)
     data, info = _read_regular(real, max_bytes)
@@ -150,7 +153,8 @@ def read_trusted(path, max_bytes=MAX_BYTES):
     return data, info
 
 
-def _user_can(info, uid, gids, bit_user, bit_group, bit_other):
+def _user_can(info: os.stat_result, uid: int, gids: Collection[int], bit_user: int, bit_group: int,
+              bit_other: int) -> bool:
     if info.st_uid == uid:
         return bool(info.st_mode & bit_user)
     if info.st_gid in gids:
@@ -158,11 +162,12 @@ def _user_can(info, uid, gids, bit_user, bit_group, bit_other):
     return bool(info.st_mode & bit_other)
 
 
-def read_as_user(path, uid, gids, max_bytes=MAX_BYTES):
+def read_as_user(path: str, uid: int, gids: Collection[int],
+                 max_bytes: int = MAX_BYTES) -> tuple[bytes, os.stat_result]:
     """(bytes, os.stat_result) of ``path`` when the user ``uid`` (groups ``gids``) could read it: every directory on
     the way, those reached through symlinks included, searchable by that user, the file readable by it and a regular
     file (read_walking: no symlink followed by the kernel, no blocking open, bounded size)."""
-    def may(info, what, shown):
+    def may(info: os.stat_result, what: str, shown: str) -> None:
         bits = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH) if what == "search" else \
             (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
         if not _user_can(info, uid, gids, *bits):
@@ -173,7 +178,7 @@ def read_as_user(path, uid, gids, max_bytes=MAX_BYTES):
     return read_walking(path, max_bytes, may)
 
 
-def service_user(name):
+def service_user(name: str | None) -> tuple[int | None, set[int]]:
     """(uid, gids) of a unit's User= (root when none); (None, set()) when no such user exists."""
     try:
         entry = pwd.getpwnam(name or "root")
@@ -182,12 +187,12 @@ def service_user(name):
     return entry.pw_uid, {entry.pw_gid} | set(os.getgrouplist(entry.pw_name, entry.pw_gid))
 
 
-def installed_distribution(venv, name):
+def installed_distribution(venv: str, name: str) -> dict[str, Any] | None:
     """{version, metadata (its path), stat (os.stat_result)} of the distribution ``name`` installed in the virtualenv
     ``venv``, read from its ``*.dist-info/METADATA`` under root's control; None when it is not installed. Raises
     UntrustedPath when the venv or the metadata is not root's alone, or when several versions are installed."""
     pattern = os.path.join(venv, "lib", "python3*", "site-packages", "%s-*.dist-info" % name.replace("-", "_"))
-    found = []
+    found: list[dict[str, Any]] = []
     for dist_info in sorted(glob.glob(pattern)):
         data, info = read_trusted(os.path.join(dist_info, "METADATA"))
         fields = dict(line.split(": ", 1) for line in data.decode("utf-8", "replace").splitlines()
@@ -201,14 +206,15 @@ def installed_distribution(venv, name):
     return found[0] if found else None
 
 
-def process_argv(pid):
+def process_argv(pid: int) -> list[str]:
     """The command line of process ``pid`` (``/proc/<pid>/cmdline`` split at NUL), as words; only parsed, never run."""
     with open("/proc/%d/cmdline" % pid, "rb") as handle:
         raw = handle.read()
     return [word.decode("utf-8", "replace") for word in raw.split(b"\0") if word]
 
 
-def unit_pids(control_group, roots=("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")):
+def unit_pids(control_group: str, roots: Iterable[str] = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified",
+                                                          "/sys/fs/cgroup/systemd")) -> set[int] | None:
     """The processes of a unit (systemd's ControlGroup property, ``/system.slice/sglang.service``) from its
     cgroup.procs (cgroup v2, or v1's named hierarchies); None when none can be read."""
     for root in roots:
@@ -222,7 +228,7 @@ def unit_pids(control_group, roots=("/sys/fs/cgroup", "/sys/fs/cgroup/unified", 
     return None
 
 
-def unit_variables(state, names):
+def unit_variables(state: dict[str, Any], names: Collection[str]) -> tuple[dict[str, str], str | None]:
     """The values a unit's configuration gives the environment variables ``names``: systemd's Environment= property,
     then each EnvironmentFile= over it, as systemd reads them (``state``: `systemctl show` with Environment and
     EnvironmentFiles). Returns ({name: value} of those it sets, None), or (what was found, why the rest is unknown):
@@ -245,7 +251,7 @@ def unit_variables(state, names):
     return found, None
 
 
-def process_gone(pid, proc="/proc"):
+def process_gone(pid: int, proc: str = "/proc") -> bool:
     """Whether process ``pid`` has exited: no /proc entry, or a zombie (state Z or X) that its parent has not
     reaped yet, whose command line reads empty."""
     try:
@@ -256,7 +262,7 @@ def process_gone(pid, proc="/proc"):
     return state in ("Z", "X")
 
 
-def process_start_time(pid, proc="/proc"):
+def process_start_time(pid: int, proc: str = "/proc") -> float:
     """When process ``pid`` started, in seconds since the epoch (from /proc/<pid>/stat and the boot time)."""
     with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()

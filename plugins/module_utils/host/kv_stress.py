@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import Any, Callable, cast
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.lazy_opener import LazyOpener
 
@@ -117,7 +118,7 @@ def classify_error(exc: BaseException) -> tuple:
 
 def min_free_per_gpu(samples: list) -> dict:
     """{gpu index: least free bytes} over probe results (lists of GPU dicts with memory_free_bytes)."""
-    least = {}
+    least: dict[Any, int] = {}
     for gpus in samples:
         for gpu in gpus:
             free = gpu.get("memory_free_bytes")
@@ -193,7 +194,7 @@ def merge_runs(main: dict, others: dict) -> dict:
 # I/O
 # --------------------------------------------------------------------------------------------------
 
-def http_json(url: str, body=None, api_key: str | None = None, timeout: float = 30.0):
+def http_json(url: str, body: Any = None, api_key: str | None = None, timeout: float = 30.0) -> Any:
     """GET (body None) or POST JSON; the parsed answer. Raises urllib / OS errors (see :func:`classify_error`)."""
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -206,7 +207,7 @@ def http_json(url: str, body=None, api_key: str | None = None, timeout: float = 
 
 def read_server_info(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> dict:
     """/get_server_info, else /server_info."""
-    failures = []
+    failures: list[str] = []
     for path in ("/get_server_info", "/server_info"):
         try:
             return http_json(base_url + path, api_key=api_key, timeout=timeout)
@@ -231,7 +232,7 @@ def _alive(base_url: str, api_key: str | None, timeout: float) -> bool:
 SAMPLE_WAIT_FACTOR = 4
 
 
-def sample_wait(interval, took):
+def sample_wait(interval: float, took: float) -> float:
     """Seconds to wait before the next sample: the rest of ``interval``, and never less than SAMPLE_WAIT_FACTOR
     times what the sample took (``took``)."""
     return max(0.0, interval - took, SAMPLE_WAIT_FACTOR * took)
@@ -240,14 +241,15 @@ def sample_wait(interval, took):
 class _Sampler(threading.Thread):
     """Calls probe() every interval (GPU lists kept) and polls /get_load for the tokens held, until stopped."""
 
-    def __init__(self, probe, interval: float, base_url: str, api_key: str | None):
+    def __init__(self, probe: Callable[[], Any] | None, interval: float, base_url: str, api_key: str | None) -> None:
         super().__init__(daemon=True)
         self.probe, self.interval, self.base_url, self.api_key = probe, interval, base_url, api_key
-        self.samples, self.probe_errors = [], []
-        self.peak_tokens = None
+        self.samples: list[list[dict[str, Any]]] = []
+        self.probe_errors: list[str] = []
+        self.peak_tokens: int | None = None
         self.stopped = threading.Event()
 
-    def sample_once(self):
+    def sample_once(self) -> None:
         """One GPU sample and one load reading; failures are recorded, never raised."""
         if self.probe is not None:
             try:
@@ -261,14 +263,15 @@ class _Sampler(threading.Thread):
         except (OSError, ValueError, TypeError, AttributeError, http.client.HTTPException):
             pass
 
-    def run(self):
+    def run(self) -> None:
         while not self.stopped.is_set():
             started = time.time()
             self.sample_once()
             self.stopped.wait(sample_wait(self.interval, time.time() - started))
 
 
-def _one_request(base_url, plan, rng_seed, api_key, timeout):
+def _one_request(base_url: str, plan: dict[str, Any], rng_seed: float, api_key: str | None,
+                 timeout: float) -> dict[str, Any]:
     rng = random.Random(rng_seed)
     body = {"input_ids": [rng.randint(VOCAB_LOW, VOCAB_HIGH) for _position in range(plan["input_tokens"])],
             "sampling_params": {"max_new_tokens": plan["max_new_tokens"], "temperature": 0, "ignore_eos": True}}
@@ -285,7 +288,7 @@ def _one_request(base_url, plan, rng_seed, api_key, timeout):
 def run_stress(base_url: str = "http://127.0.0.1:30000", api_key: str | None = None, fill_ratio: float = 0.95,
                duration: float | None = None, rounds: int | None = None, max_new_tokens: int = 32,
                concurrency: int | None = None, request_timeout: float = 120.0, sample_interval: float = 0.1,
-               probe=None, seed: int | None = None) -> dict:
+               probe: Callable[[], Any] | None = None, seed: int | None = None) -> dict:
     """Fill the KV pool with concurrent /generate rounds for ``duration`` seconds or ``rounds`` rounds (default one
     round), sampling ``probe()`` (a list of GPU dicts) every ``sample_interval`` s; :func:`summarize_run`'s dict.
 
@@ -304,12 +307,14 @@ def run_stress(base_url: str = "http://127.0.0.1:30000", api_key: str | None = N
     if duration is None and rounds is None:
         rounds = 1
     started = time.time()
-    deadline = started + (duration if duration is not None else rounds * request_timeout) + request_timeout
+    deadline = started + (duration if duration is not None else cast(int, rounds) * request_timeout) + request_timeout
     seeds = random.Random(seed)
     sampler = _Sampler(probe, sample_interval, base_url, api_key)
     sampler.sample_once()
     sampler.start()
-    outcomes, failure, done_rounds = [], None, 0
+    outcomes: list[dict[str, Any]] = []
+    failure: str | None = None
+    done_rounds = 0
     try:
         while failure is None:
             if rounds is not None and done_rounds >= rounds:
@@ -317,9 +322,10 @@ def run_stress(base_url: str = "http://127.0.0.1:30000", api_key: str | None = N
             if duration is not None and done_rounds > 0 and time.time() - started >= duration:
                 break
             timeout = max(1.0, min(request_timeout, deadline - time.time()))
-            results = [None] * plan["requests"]
+            results: list[dict[str, Any] | None] = [None] * plan["requests"]
 
-            def worker(position, request_seed, timeout=timeout, results=results):
+            def worker(position: int, request_seed: float, timeout: float = timeout,
+                       results: list[dict[str, Any] | None] = results) -> None:
                 results[position] = _one_request(base_url, plan, request_seed, api_key, timeout)
 
             threads = [threading.Thread(target=worker, args=(position, seeds.random()), daemon=True)

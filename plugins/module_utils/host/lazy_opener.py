@@ -7,16 +7,17 @@ would pay on every call, HTTP or not."""
 from __future__ import annotations
 
 import urllib.request
+from typing import Any
 
 
 class LazyOpener:
     """``urllib.request.build_opener(*handlers)``, made when :meth:`open` is first called."""
 
-    def __init__(self, *handlers):
+    def __init__(self, *handlers: urllib.request.BaseHandler | type[urllib.request.BaseHandler]) -> None:
         self._handlers = handlers
-        self._opener = None
+        self._opener: urllib.request.OpenerDirector | None = None
 
-    def open(self, *args, **kwargs):
+    def open(self, *args: Any, **kwargs: Any) -> Any:
         if self._opener is None:
             self._opener = urllib.request.build_opener(*self._handlers)
         return self._opener.open(*args, **kwargs)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
@@ -46,10 +47,11 @@ class FingerprintError(checks.InvalidInput):
     """A bad input to the fingerprint: the message names the field and the value."""
 
 
-def _gpu_section(gpus):
+def _gpu_section(gpus: Any) -> dict[str, Any]:
     if not isinstance(gpus, list) or not gpus:
         raise FingerprintError("gpus must be a non-empty list of GPUs (gpu_info's gpus), got %r" % (gpus,))
-    names, memories = set(), []
+    names: set[str] = set()
+    memories: list[int] = []
     for gpu in gpus:
         if not isinstance(gpu, dict) or not gpu.get("name"):
             raise FingerprintError("every GPU needs a name, got %r" % (gpu,))
@@ -64,7 +66,7 @@ def _gpu_section(gpus):
     return {"name": name[0] if len(name) == 1 else name, "count": len(gpus), "memory_total_mib": min(memories)}
 
 
-def _version(name, value):
+def _version(name: str, value: Any) -> str | None:
     if value is None:
         return None
     text = str(value).strip()
@@ -73,7 +75,7 @@ def _version(name, value):
     return text or None
 
 
-def config_sha256(config_text):
+def config_sha256(config_text: Any) -> str | None:
     """sha256 of config.json's text as read (None when not given): any edit to the model's shape changes it."""
     if config_text is None:
         return None
@@ -84,8 +86,9 @@ def config_sha256(config_text):
     return hashlib.sha256(config_text).hexdigest()
 
 
-def fingerprint(gpus, driver_version, cuda_version, sglang_version, model_path, config_text=None,
-                model_revision=None, server_args=None, draft_config_text=None):
+def fingerprint(gpus: Any, driver_version: Any, cuda_version: Any, sglang_version: Any, model_path: Any,
+                config_text: Any = None, model_revision: Any = None, server_args: dict[str, Any] | None = None,
+                draft_config_text: Any = None) -> dict[str, Any]:
     """The fingerprint dict (see the module docstring for the keys). ``gpus`` = gpu_info's list (name and
     memory_total_mib or memory_total_bytes per GPU); ``server_args`` = SGLang flags as a dict;
     ``draft_config_text`` = the speculative draft model's config.json, hashed by content like the target's (a
@@ -105,7 +108,7 @@ def fingerprint(gpus, driver_version, cuda_version, sglang_version, model_path, 
     }
 
 
-def fingerprint_hash(fp):
+def fingerprint_hash(fp: Any) -> str:
     """sha256 (hex) of the canonical JSON of a fingerprint: sorted keys, no whitespace, ASCII."""
     if not isinstance(fp, dict):
         raise FingerprintError("fingerprint must be a dict, got %s" % type(fp).__name__)
@@ -113,7 +116,7 @@ def fingerprint_hash(fp):
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-def fingerprint_diff(old, new):
+def fingerprint_diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
     """Dotted keys whose values differ (``versions.driver``): why a host is re-tuned, for the report."""
     changed = []
     for section in sorted(set(old or {}) | set(new or {})):
@@ -127,7 +130,9 @@ def fingerprint_diff(old, new):
     return changed
 
 
-def retune_reason(pin, current, current_hash, running_value, force=False, pin_error=None, watch=None):
+def retune_reason(pin: dict[str, Any] | None, current: dict[str, Any] | None, current_hash: str | None,
+                  running_value: float | None, force: bool = False, pin_error: str | None = None,
+                  watch: dict[str, Any] | None = None) -> str | None:
     """Why the unit must be tuned, or None when its pin still holds: the same fingerprint hash (``current_hash``, of
     the fingerprint ``current``), the server runs the pinned value, and the headroom watch (``watch``,
     kv_watch.decision's, when the unit has one) asks for nothing."""

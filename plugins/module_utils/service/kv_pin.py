@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from typing import Any, Sequence
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 
@@ -49,13 +50,13 @@ class PinError(checks.InvalidInput):
     """A unit name, a value or a fact file the tuner will not write; the message says which."""
 
 
-def check_unit(unit):
+def check_unit(unit: Any) -> str:
     if not isinstance(unit, str) or not _UNIT.match(unit):
         raise PinError("unit must be a systemd service name such as sglang.service, got %r" % (unit,))
     return unit
 
 
-def check_value_text(text):
+def check_value_text(text: Any) -> str:
     """The written --mem-fraction-static: a plain decimal strictly between 0 and 1 (e.g. 0.910)."""
     if not isinstance(text, str) or not _VALUE.match(text) or not 0 < float(text) < 1:
         raise PinError("value must be a decimal strictly between 0 and 1 such as 0.910, got %r" % (text,))
@@ -71,19 +72,19 @@ CONFIRM_TIMEOUT_BOUNDS = (3, 86400, "seconds", "a day: longer leaves an unverifi
 _RUN_ID = re.compile(r"^[0-9a-f]{8}$")
 
 
-def check_run_id(run_id):
+def check_run_id(run_id: Any) -> str:
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
         raise PinError("run_id must be 8 lower-case hex digits, got %r" % (run_id,))
     return run_id
 
 
-def unit_stem(unit):
+def unit_stem(unit: str) -> str:
     """``sglang`` of sglang.service, ``sglang-a`` of sglang@a.service: a unit's name in the names of its files and
     helper units (a second '@' would make those template instances)."""
     return unit[:-len(".service")].replace("@", "-")
 
 
-def paths(unit, run_id=None):
+def paths(unit: str, run_id: str | None = None) -> dict[str, str]:
     """The pin drop-in, the trial drop-in, the lock file and the revert timer's unit name (without suffix) of
     ``unit``, the timer's for the run ``run_id`` (each run its own, so that one run never stops another's)."""
     check_unit(unit)
@@ -96,7 +97,7 @@ def paths(unit, run_id=None):
     }
 
 
-def is_revert_timer(name, unit):
+def is_revert_timer(name: str, unit: str) -> bool:
     """Whether the systemd unit ``name`` is a revert timer of ``unit``'s trials (any run's, or one armed before
     runs had their own)."""
     stem = unit_stem(check_unit(unit))
@@ -111,14 +112,14 @@ def is_revert_timer(name, unit):
 # The lock of a run
 # --------------------------------------------------------------------------------------------------------------
 
-def lock_text(run_id, controller, now, lease_s):
+def lock_text(run_id: str, controller: Any, now: float, lease_s: float) -> str:
     """The lock file of run ``run_id`` from ``controller`` (who: host and pid), valid ``lease_s`` seconds from
     ``now`` (epoch seconds); each step of the run renews it."""
     return json.dumps({"run_id": check_run_id(run_id), "controller": str(controller), "renewed": int(now),
                        "expires": int(now + lease_s)}, sort_keys=True) + "\n"
 
 
-def lock_holder(text, now, run_id=None):
+def lock_holder(text: str | None, now: float, run_id: str | None = None) -> tuple[str, dict[str, Any] | None]:
     """(state, the lock as data): ``free`` (no lock, or one that lapsed: its controller died), ``ours`` (held by
     ``run_id``) or ``held`` (another live run). A lock file that cannot be read is ``free``: it protects
     nothing."""
@@ -134,21 +135,21 @@ def lock_holder(text, now, run_id=None):
     return ("free" if expires <= now else "held"), lock
 
 
-def lock_message(unit, lock, path):
+def lock_message(unit: str, lock: dict[str, Any], path: str) -> str:
     return ("%s is held by run %s from %s (a tune, or rollout.yml; lock %s, renewed at %s, until %s UTC): nothing "
             "was done. If that run is gone, its host reverts any trial by itself; wait until then, or remove the lock."
             % (unit, lock.get("run_id"), lock.get("controller"), path, _utc(lock.get("renewed")),
                _utc(lock.get("expires"))))
 
 
-def _utc(epoch):
+def _utc(epoch: Any) -> str:
     try:
         return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(float(epoch)))
     except (TypeError, ValueError):
         return "?"
 
 
-def kv_args(text, max_total_tokens=None):
+def kv_args(text: str, max_total_tokens: int | None = None) -> list[str]:
     """The words LLMSERVE_KV_ARGS holds: ``--mem-fraction-static <text>``, and the pin's cap on the pool when it
     has one."""
     words = ["--mem-fraction-static", check_value_text(text)]
@@ -157,13 +158,14 @@ def kv_args(text, max_total_tokens=None):
     return words
 
 
-def check_cap(tokens):
+def check_cap(tokens: Any) -> int:
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise PinError("max_total_tokens must be a positive whole number of tokens, got %r" % (tokens,))
     return tokens
 
 
-def dropin_text(unit, text, trial, run_id=None, max_total_tokens=None):
+def dropin_text(unit: str, text: str, trial: bool, run_id: str | None = None,
+                max_total_tokens: int | None = None) -> str:
     """The drop-in that sets LLMSERVE_KV_ARGS to ``--mem-fraction-static <text>`` (and, for a pin with a cap,
     ``--max-total-tokens <max_total_tokens>``): the pin, or a trial of run ``run_id`` (a trial never caps: it
     measures the pool its value gives)."""
@@ -185,7 +187,7 @@ def dropin_text(unit, text, trial, run_id=None, max_total_tokens=None):
     return head + body
 
 
-def read_facts(text, path=FACT_PATH):
+def read_facts(text: str | None, path: str = FACT_PATH) -> dict[str, Any]:
     """The fact file's JSON (a dict of unit -> entry); {} for no file. Anything else is an error (PinError): the
     caller decides what to do with a broken file (kv_trial moves it aside before it writes a new one)."""
     if text is None or not text.strip():
@@ -199,7 +201,7 @@ def read_facts(text, path=FACT_PATH):
     return facts
 
 
-def check_entry(entry):
+def check_entry(entry: Any) -> str | None:
     """What is wrong with a unit's entry in the fact file (hand-edited, truncated) for the tuner to rely on, or
     None."""
     if not isinstance(entry, dict):
@@ -218,7 +220,8 @@ def check_entry(entry):
     return None
 
 
-def pool_cap(tokens, split, class_tokens=None):
+def pool_cap(tokens: int | None, split: bool | None,
+             class_tokens: int | None = None) -> tuple[int | None, str | None]:
     """(the cap a pin writes with kv_tune_pin_tokens, None) or (None, why it writes none). ``tokens``: the pool the
     value was verified with; ``split``: whether SGLang splits the model's KV memory between pools (None: unknown);
     ``class_tokens``: the pool of the class's canary, for a member (the class then serves one pool where memory
@@ -233,7 +236,7 @@ def pool_cap(tokens, split, class_tokens=None):
     return (min(tokens, class_tokens) if class_tokens else tokens), None
 
 
-def cap_change(entry, pin_tokens):
+def cap_change(entry: dict[str, Any] | None, pin_tokens: Any) -> str | None:
     """What kv_tune_pin_tokens asks of a pin that holds, without a restart: ``cap`` (the pin never decided on a
     cap), ``uncap`` (it has one and the option is off) or None. A pin that decided on no cap (a hybrid model)
     records ``max_total_tokens: null`` and stays as it is."""
@@ -246,7 +249,7 @@ def cap_change(entry, pin_tokens):
     return None
 
 
-def tuner_cap(argv, entry):
+def tuner_cap(argv: Sequence[str], entry: Any) -> tuple[list[str], int | None]:
     """(the command line without the pin's cap, that cap): the pin's ``--max-total-tokens`` is the tuner's output,
     like ``--mem-fraction-static``, and not part of what the server was tuned under. It is the pin's when the
     command line ends with the words the pin writes (:func:`kv_args`), or with them and the unit's
@@ -265,7 +268,7 @@ def tuner_cap(argv, entry):
     return argv[:end - 2] + argv[end:], cap
 
 
-def facts_text(current_text, unit, entry):
+def facts_text(current_text: str | None, unit: str, entry: dict[str, Any] | None) -> str:
     """The fact file with ``unit``'s entry set to ``entry`` (None: removed; the other units' entries kept), as
     written."""
     facts = read_facts(current_text)

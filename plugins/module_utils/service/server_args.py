@@ -16,6 +16,7 @@ caller can still tell whether a key is configured.
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 
@@ -70,13 +71,13 @@ class ServerArgsError(checks.InvalidInput):
     """Server arguments that cannot be read: the message names the argument and the value."""
 
 
-def canonical(name):
+def canonical(name: Any) -> str:
     """SGLang's field name for a flag or key: ``--tp-size``, ``TP-SIZE``, ``tp`` -> ``tp_size``."""
     key = str(name).lstrip("-").replace("-", "_").lower()
     return ALIASES.get(key, key)
 
 
-def redact(args):
+def redact(args: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``args`` whose secrets that are set read :data:`REDACTED`."""
     out = dict(args)
     for key in SECRET_ARGS:
@@ -91,7 +92,7 @@ HF_TOKEN_TEXT = re.compile(r"\bhf_[A-Za-z0-9]{30,}")
 MASK = "********"
 
 
-def redact_text(text, secrets=()):
+def redact_text(text: Any, secrets: Iterable[Any] = ()) -> str:
     """``text`` (a journal, an error message) with each of ``secrets`` that is set, and any Hugging Face token,
     masked: for what a server printed, which may hold anything it was given."""
     text = str(text)
@@ -100,7 +101,7 @@ def redact_text(text, secrets=()):
     return HF_TOKEN_TEXT.sub(MASK, text)
 
 
-def from_argv(argv):
+def from_argv(argv: Any) -> dict[str, Any]:
     """The server args of an SGLang command line (``/proc/<pid>/cmdline`` split at NUL), keyed by field name.
 
     Everything before the first ``--flag`` (the interpreter, ``-m sglang.launch_server``) is skipped; a flag without
@@ -108,7 +109,8 @@ def from_argv(argv):
     works too. Values stay text: the command line does not say their type. Secrets are redacted."""
     if not isinstance(argv, (list, tuple)):
         raise ServerArgsError("argv must be a list of words, got %s" % type(argv).__name__)
-    args, name = {}, None
+    args: dict[str, Any] = {}
+    name: str | None = None
     for word in argv:
         word = str(word)
         if word.startswith("--") and len(word) > 2:
@@ -131,7 +133,7 @@ def from_argv(argv):
 _SERVER_ARGS_LINE = re.compile(r"server_args=ServerArgs\(")
 
 
-def from_log_line(text):
+def from_log_line(text: str) -> dict[str, Any]:
     """The ``ServerArgs(...)`` repr in ``text`` (a whole log line is fine) as a dict, parsed without ``eval``.
 
     Returns ``{}`` when the text holds no ``server_args=ServerArgs(``. Values keep the types the repr shows (ints,
@@ -142,7 +144,7 @@ def from_log_line(text):
     return redact(_ReprParser(text, match.end()).keyword_arguments())
 
 
-def probe_url(args):
+def probe_url(args: dict[str, Any]) -> str:
     """Where the server answers on its own host: ``--host`` (a wildcard address becomes the loopback one; an IPv6
     address is bracketed) and ``--port``, SGLang's defaults when absent."""
     host = str(args.get("host") or DEFAULT_HOST)
@@ -153,7 +155,7 @@ def probe_url(args):
     return "http://%s:%s" % (host, args.get("port") or DEFAULT_PORT)
 
 
-def mem_fraction_static(args, error=ServerArgsError):
+def mem_fraction_static(args: dict[str, Any], error: type[Exception] = ServerArgsError) -> float | None:
     """The ``--mem-fraction-static`` of ``args`` as a float in (0, 1), None when it is absent (SGLang's default)."""
     value = args.get("mem_fraction_static")
     if value is None:
@@ -162,7 +164,7 @@ def mem_fraction_static(args, error=ServerArgsError):
                            error)
 
 
-def _bs_list(value, error):
+def _bs_list(value: Any, error: type[Exception]) -> list[int] | None:
     if isinstance(value, str):
         value = value.replace(",", " ").split()
     if not isinstance(value, (list, tuple)):
@@ -171,7 +173,7 @@ def _bs_list(value, error):
     return sizes or None
 
 
-def normalise(name, value, error=ServerArgsError):
+def normalise(name: str, value: Any, error: type[Exception] = ServerArgsError) -> Any:
     """One memory-relevant arg in the type the fingerprint hashes: booleans, ints, floats, a sorted batch-size list,
     lower-case dtypes, an upper-case speculative algorithm; text otherwise."""
     label = "server arg %s" % name
@@ -193,7 +195,7 @@ def normalise(name, value, error=ServerArgsError):
     return text
 
 
-def memory_args(args, error=ServerArgsError):
+def memory_args(args: Any, error: type[Exception] = ServerArgsError) -> dict[str, Any]:
     """The memory-relevant args of ``args`` (keys in any spelling :func:`canonical` reads), every one present, an
     absent or None one replaced by SGLang's default, the rest dropped; the state-pool args only when set. Speculative settings count only with an
     algorithm, the hierarchical cache's ratio and size only when it is enabled."""
@@ -235,18 +237,19 @@ class _ReprParser(object):
     _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0"}
     _CONSTANTS = {"None": None, "True": True, "False": False}
 
-    def __init__(self, text, pos):
+    def __init__(self, text: str, pos: int) -> None:
         self.text = text
         self.pos = pos
 
-    def _peek(self):
+    def _peek(self) -> str:
         while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
             self.pos += 1
         return self.text[self.pos] if self.pos < len(self.text) else ""
 
-    def _raw_until_balanced(self, start):
+    def _raw_until_balanced(self, start: int) -> str:
         """Raw text from ``start`` to the end of the balanced construct that begins there."""
-        depth, i, quote = 0, start, None
+        depth, i = 0, start
+        quote: str | None = None
         closers = set(self._PAIRS.values())
         while i < len(self.text):
             ch = self.text[i]
@@ -270,9 +273,10 @@ class _ReprParser(object):
         self.pos = i
         return self.text[start:i].strip()
 
-    def _string(self):
+    def _string(self) -> str:
         quote = self.text[self.pos]
-        i, out = self.pos + 1, []
+        i = self.pos + 1
+        out: list[str] = []
         while i < len(self.text):
             ch = self.text[i]
             if ch == "\\" and i + 1 < len(self.text):
@@ -298,7 +302,7 @@ class _ReprParser(object):
             i += 1
         raise ValueError("unterminated string")
 
-    def value(self):
+    def value(self) -> Any:
         ch = self._peek()
         if not ch:
             raise ValueError("unexpected end")
@@ -321,9 +325,9 @@ class _ReprParser(object):
             return self._CONSTANTS[name.group(0)]
         return self._raw_until_balanced(start)
 
-    def _sequence(self, closer):
+    def _sequence(self, closer: str) -> list[Any]:
         self.pos += 1
-        items = []
+        items: list[Any] = []
         while True:
             ch = self._peek()
             if not ch:
@@ -338,9 +342,10 @@ class _ReprParser(object):
             elif ch != closer:
                 raise ValueError("expected , or %s" % closer)
 
-    def _mapping(self):
+    def _mapping(self) -> Any:
         self.pos += 1
-        items, is_set = {}, None
+        items: dict[str, Any] = {}
+        is_set: bool | None = None
         while True:
             ch = self._peek()
             if not ch:
@@ -363,9 +368,9 @@ class _ReprParser(object):
             elif ch != "}":
                 raise ValueError("expected , or }")
 
-    def keyword_arguments(self):
+    def keyword_arguments(self) -> dict[str, Any]:
         """Read ``name=value, ...)`` up to the closing parenthesis; stop quietly on anything malformed."""
-        result = {}
+        result: dict[str, Any] = {}
         while True:
             ch = self._peek()
             if not ch or ch == ")":

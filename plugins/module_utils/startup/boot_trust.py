@@ -37,6 +37,7 @@ Pure and stdlib only. The checks, each a finding (a sentence with the numbers) w
 from __future__ import annotations
 
 import re
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 GIB = 2 ** 30
 CHECKPOINT_SLACK_RATIO = 0.25
@@ -49,7 +50,7 @@ __all__ = ["add_sample", "checkpoint_bytes", "findings", "look_findings", "pool_
            "start_findings", "unlisted_bytes"]
 
 
-def checkpoint_bytes(index):
+def checkpoint_bytes(index: Any) -> int | None:
     """The checkpoint's size in bytes from a parsed ``model.safetensors.index.json`` (its ``metadata.total_size``);
     None when the index does not say."""
     if not isinstance(index, dict):
@@ -60,7 +61,7 @@ def checkpoint_bytes(index):
     return int(size)
 
 
-def _shards(facts):
+def _shards(facts: dict[str, Any]) -> tuple[int, int]:
     """(tp, pp) of the boot: its server_args, else one pipeline stage of as many TP ranks as printed records."""
     args = facts.get("server_args") or {}
     tp = args.get("tp_size") if isinstance(args.get("tp_size"), int) else None
@@ -68,12 +69,12 @@ def _shards(facts):
     return tp or max(1, len(facts.get("ranks") or [])), pp or 1
 
 
-def _stage(tag):
+def _stage(tag: str | None) -> str:
     match = re.search(r"\bPP(\d+)\b", tag or "")
     return match.group(1) if match else ""
 
 
-def pool_window_gib(rank):
+def pool_window_gib(rank: Any) -> float | None:
     """GiB a rank's GPU lost between the end of the weights and the first "Memory pool end" besides the pools its log
     reports in between (the KV pool, a hybrid model's state pool; a classic draft's pool comes after it): A less those
     pools less the free memory at "Memory pool end". None when the rank's log lacks one of them (a start that failed
@@ -84,7 +85,8 @@ def pool_window_gib(rank):
     return after - pool - (rank.get("mamba_size_gib") or 0) - end
 
 
-def _spread(stages, figure):
+def _spread(stages: dict[str, list[dict[str, Any]]],
+            figure: Callable[[dict[str, Any]], Any]) -> Iterator[tuple[Any, Any]]:
     """Per stage (stage -> ranks), the ranks with the highest and the lowest ``figure`` when they differ by over
     RANK_SPREAD_GIB; ranks without it do not count."""
     for stage in sorted(stages):
@@ -96,11 +98,11 @@ def _spread(stages, figure):
             yield high, low
 
 
-def _tag(rank):
+def _tag(rank: dict[str, Any]) -> str:
     return rank.get("tag") or "untagged"
 
 
-def findings(facts, checkpoint_size=None):
+def findings(facts: dict[str, Any], checkpoint_size: float | None = None) -> list[str]:
     """Sentences that say why the boot's memory numbers cannot be trusted (an empty list when nothing is wrong).
     ``facts``: parse_startup_log's facts; ``checkpoint_size``: the checkpoint's bytes (None: that check is skipped)."""
     found = []
@@ -115,7 +117,7 @@ def findings(facts, checkpoint_size=None):
                 "TP %d x PP %d): %.2f GiB were taken by something else while SGLang loaded (another process on the "
                 "GPU?), so P, A and the token figures computed from them are wrong"
                 % (weights, float(checkpoint_size) / GIB, expected, tp, pp, excess))
-    stages = {}
+    stages: dict[str, list[dict[str, Any]]] = {}
     for rank in facts.get("ranks") or []:
         stages.setdefault(_stage(rank.get("tag")), []).append(rank)
     for (most, high), (least, low) in _spread(stages, lambda rank: rank.get("weights_gib")):
@@ -132,7 +134,7 @@ def findings(facts, checkpoint_size=None):
     return found
 
 
-def pool_findings(residual_gib, reference_gib):
+def pool_findings(residual_gib: float | None, reference_gib: float | None) -> list[str]:
     """A sentence when the pool of a start is off SGLang's formula at its own P, A and f by other than what it was at
     the run's first start (``residual_gib``, ``reference_gib``: pool_model.pool_residual_gib of each): what the
     formula leaves out is the same at every start of one configuration, so memory moved on the GPUs while SGLang
@@ -146,7 +148,7 @@ def pool_findings(residual_gib, reference_gib):
                "smaller" if reference_gib >= 0 else "larger")]
 
 
-def unlisted_bytes(gpu):
+def unlisted_bytes(gpu: dict[str, Any]) -> int | None:
     """Bytes a GPU uses beyond what its listed compute processes hold (gpu_probe's dict); None when its total is
     not known. Never below 0."""
     used = gpu.get("memory_used_bytes")
@@ -155,13 +157,13 @@ def unlisted_bytes(gpu):
     return max(0, used - sum(proc.get("used_memory_bytes") or 0 for proc in gpu.get("compute_processes") or []))
 
 
-def needs_second_read(gpus):
+def needs_second_read(gpus: Iterable[dict[str, Any]]) -> bool:
     """Whether a look at the GPUs (gpu_probe's dicts) shows memory no process was listed for on any GPU: read them
     again (:func:`settled_read`) before it counts."""
     return any((unlisted_bytes(gpu) or 0) > WATCH_SLACK_GIB * GIB for gpu in gpus)
 
 
-def settled_read(first, second):
+def settled_read(first: Iterable[dict[str, Any]], second: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One look from two reads of the GPUs, per GPU the read with the less memory no process was listed for: a
     process that exits between the totals and the process list of a read (a server that fails as it starts) leaves
     memory no process holds in that read alone. What another container holds is in both. The watches need two
@@ -171,7 +173,8 @@ def settled_read(first, second):
             for gpu in first]
 
 
-def add_sample(seen, gpus, indices, server_pids):
+def add_sample(seen: dict[int, dict[str, Any]], gpus: Iterable[dict[str, Any]], indices: Any,
+               server_pids: Any) -> dict[int, dict[str, Any]]:
     """Fold one GPU sample (gpu_probe's dicts, with compute_processes) into ``seen``: per GPU of ``indices``, the
     least and most bytes that processes outside ``server_pids`` held, and those processes; and the least and most
     bytes no process was listed for (:func:`unlisted_bytes`) that two samples in a row agree on (the lower of the
@@ -201,7 +204,9 @@ def add_sample(seen, gpus, indices, server_pids):
     return seen
 
 
-def start_findings(seen, before, during="while the server started", unlisted_before=None):
+def start_findings(seen: Iterable[dict[str, Any]] | None, before: Mapping[int, int] | None,
+                   during: str = "while the server started",
+                   unlisted_before: Mapping[int, int | None] | None = None) -> list[str]:
     """Sentences for memory outside the server that appeared or went away on its GPUs ``during`` its start or its
     load (an empty list when nothing moved). ``seen``: sglang_ready's ``other_memory_seen`` (a list of :func:`add_sample`'s
     entries, processes as a list); ``before``: GPU index -> the bytes other processes held there at the run's first
@@ -225,7 +230,9 @@ def start_findings(seen, before, during="while the server started", unlisted_bef
     return found
 
 
-def look_findings(gpu_memory, gpus, before, unlisted_before=None, during="between the load and the commit"):
+def look_findings(gpu_memory: Iterable[dict[str, Any]] | None, gpus: Any, before: Mapping[int, int] | None,
+                  unlisted_before: Mapping[int, int | None] | None = None,
+                  during: str = "between the load and the commit") -> list[str]:
     """:func:`start_findings` for one look at the GPUs (kv_fingerprint's ``gpu_memory``, whose ``other_bytes`` leave out
     the unit's neighbours' processes) on ``gpus`` (None: every GPU): memory that came or went outside the server
     after its watched start and load, before the trial is judged. One sample, where the watches need two in a row
@@ -237,7 +244,7 @@ def look_findings(gpu_memory, gpus, before, unlisted_before=None, during="betwee
     return start_findings(seen, before, during, unlisted_before)
 
 
-def _unlisted_findings(entry, was, during):
+def _unlisted_findings(entry: dict[str, Any], was: int | None, during: str) -> list[str]:
     """:func:`start_findings`' sentences for one GPU's memory that no process is listed for."""
     if was is None:
         return []

@@ -45,6 +45,7 @@ GiB free; ...)``, sizes in ``bytes``/``B``/``KiB``/``MiB``/``GiB``/``TiB``.
 from __future__ import annotations
 
 import re
+from typing import Any, Sequence
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.startup_records import (
     CAPTURE_BEGIN, CAPTURE_END, CAPTURE_FAILED, FATAL, INIT_OOM, KV_ALLOC, LW_BEGIN, LW_END, MAX_TOTAL, POOL_END, READY, SYSTEMD_END, proof, split_record)
@@ -117,7 +118,7 @@ _PRECEDENCE = {"init_oom": 0, "capture_oom": 1, "weights_oom": 1, "runtime_oom":
                "unbalanced_memory": 2, "nccl_error": 3, "crash": 4}
 
 
-def _first_exception_after(lines, start):
+def _first_exception_after(lines: Sequence[str], start: int) -> str | None:
     """The first Python exception line (``TypeError: ...``) at or after ``start``, stripped, or None."""
     for line in lines[start:start + 400]:
         _tag, message = split_record(line)
@@ -126,7 +127,7 @@ def _first_exception_after(lines, start):
     return None
 
 
-def _oom_numbers(line):
+def _oom_numbers(line: str) -> dict[str, Any] | None:
     """``{tried_gib, free_gib, gpu}`` of a torch allocator OOM message on ``line``, or None without both sizes."""
     marker = _DEVICE_OOM.search(line)
     if not marker:
@@ -142,9 +143,9 @@ def _oom_numbers(line):
             "gpu": int(gpu.group(1)) if gpu else None}
 
 
-def _nearest_oom_numbers(lines, index, after):
+def _nearest_oom_numbers(lines: Sequence[str], index: int, after: int) -> dict[str, Any] | None:
     """The numbers of the OOM line nearest to ``lines[index]`` (the earlier one on a tie) past index ``after``."""
-    best = None
+    best: tuple[int, dict[str, Any]] | None = None
     for other, line in enumerate(lines):
         if other <= after or (best is not None and abs(other - index) >= best[0]):
             continue
@@ -154,7 +155,8 @@ def _nearest_oom_numbers(lines, index, after):
     return best[1] if best else None
 
 
-def _oom_kind(ready, capturing, frames, loading, kv_allocated):
+def _oom_kind(ready: bool, capturing: set[str], frames: str | None, loading: set[str],
+              kv_allocated: bool) -> tuple[str, bool]:
     """(kind, proven) of a device OOM: the phase the boot was in, and whether a phase line or the traceback's frames
     prove it (True) or only its position after the KV pool does (False)."""
     if ready:
@@ -170,7 +172,7 @@ def _oom_kind(ready, capturing, frames, loading, kv_allocated):
     return "runtime_oom", False
 
 
-def classify_failure(lines):
+def classify_failure(lines: Sequence[str]) -> dict[str, Any] | None:
     """Classify the failure of one boot (a list of log lines); see the module docstring.
 
     Returns ``None`` or ``{"kind": ..., "line": ..., "advice": ...}``, plus ``"oom": {...}`` when the numbers of
@@ -191,23 +193,25 @@ class _Scan(object):
     evidence, each piece ``(precedence, 0 proven by a phase line or frames / 1 by position only, index, kind,
     line)``: the least wins."""
 
-    def __init__(self, lines):
+    def __init__(self, lines: Sequence[str]) -> None:
         self.lines = lines
-        self.evidence_found = []
+        self.evidence_found: list[tuple[int, int, int, str, str]] = []
         self.kv_allocated = False
-        self.capturing = set()    # ranks between a "Capture ... graph begin" and its "end"
-        self.loading = set()      # ranks between a "Load weight begin" and its "end"
-        self.ready_at = None
+        self.capturing: set[str] = set()    # ranks between a "Capture ... graph begin" and its "end"
+        self.loading: set[str] = set()      # ranks between a "Load weight begin" and its "end"
+        self.ready_at: int | None = None
         self.terminal = False     # the boot ended: a fatal marker, a systemd stop or exit, a device or budget OOM
-        self.frames, self.after_frame = None, False   # the phase the current traceback's frames prove
+        self.frames: str | None = None   # the phase the current traceback's frames prove
+        self.after_frame = False
         self.last_exception = -1  # the last Python exception line ("TypeError: ...") outside traceback frames
-        self.weak_tracebacks = []  # tracebacks without a fatal marker: a failure only if nothing progresses after
+        # tracebacks without a fatal marker: a failure only if nothing progresses after
+        self.weak_tracebacks: list[int] = []
         self.last_progress = -1
 
-    def add(self, kind, index, line, proven=True):
+    def add(self, kind: str, index: int, line: str, proven: bool = True) -> None:
         self.evidence_found.append((_PRECEDENCE[kind], 0 if proven else 1, index, kind, proof(line)))
 
-    def progress(self, index, rank, message):
+    def progress(self, index: int, rank: str, message: str) -> None:
         """The phase lines: the KV pool, graph capture, the weight load, ready."""
         if KV_ALLOC.search(message) or POOL_END.search(message):
             self.kv_allocated = True
@@ -225,7 +229,7 @@ class _Scan(object):
             return
         self.last_progress = index
 
-    def in_traceback(self, index, message):
+    def in_traceback(self, index: int, message: str) -> bool:
         """Reads a traceback's frames; True for the lines that are only frames or their source lines."""
         if _TRACEBACK.search(message):
             self.frames, self.after_frame = None, False
@@ -248,7 +252,7 @@ class _Scan(object):
             self.last_exception = index
         return False
 
-    def evidence(self, index, raw, message):
+    def evidence(self, index: int, raw: str, message: str) -> None:
         """The line's evidence: the first row of _EVIDENCE whose pattern it matches decides."""
         for pattern, kind, terminal in _EVIDENCE:
             if pattern.search(message):
@@ -269,7 +273,7 @@ class _Scan(object):
         if SYSTEMD_END.search(raw):
             self.terminal = True
 
-    def verdict(self):
+    def verdict(self) -> dict[str, Any] | None:
         lines, evidence = self.lines, self.evidence_found
         if self.ready_at is None:
             # A traceback or an exception with no fatal marker fails the boot only when the boot ends in it.
@@ -288,7 +292,7 @@ class _Scan(object):
         if not evidence:
             return None
         _precedence, _position_only, index, kind, line = min(evidence)
-        failure = {"kind": kind, "line": line, "advice": FAILURE_KINDS[kind]}
+        failure: dict[str, Any] = {"kind": kind, "line": line, "advice": FAILURE_KINDS[kind]}
         oom = _oom_numbers(line)
         if oom is None and kind in ("capture_oom", "runtime_oom"):
             # The proof may be a bare "CUDA error: out of memory" while torch's message is on another line (rank).

@@ -35,6 +35,7 @@ The line grammar and the boots are startup_records', the failures startup_failur
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable, Sequence
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup.boot_trust import findings as untrusted_findings
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.server_args import from_log_line as server_args_from_log_line
@@ -76,7 +77,7 @@ _FIELD = {
 _DRAFT_CLASS = re.compile(r"eagle|draft|mtp|nextn", re.IGNORECASE)
 
 
-def _capture_name(name):
+def _capture_name(name: str) -> str:
     """'' (classic target decode), 'piecewise', 'draft', 'draft extend', 'target decode', 'target verify', ..."""
     name = CAPTURE_DEVICE.sub(" ", name)
     name = " ".join(name.lower().split())
@@ -91,8 +92,8 @@ _RANK_KEYS = (
 )
 
 
-def _new_rank(tag):
-    rank = dict((key, None) for key in _RANK_KEYS)
+def _new_rank(tag: str) -> dict[str, Any]:
+    rank: dict[str, Any] = dict((key, None) for key in _RANK_KEYS)
     rank["tag"] = tag
     rank["cuda_graphs"] = {}
     rank["_loads"] = 0
@@ -101,28 +102,28 @@ def _new_rank(tag):
     return rank
 
 
-def _float(text):
+def _float(text: str | None) -> float | None:
     return None if text is None else float(text)
 
 
-def _min(values):
+def _min(values: Iterable[Any]) -> Any:
     values = [v for v in values if v is not None]
     return min(values) if values else None
 
 
-def _max(values):
+def _max(values: Iterable[Any]) -> Any:
     values = [v for v in values if v is not None]
     return max(values) if values else None
 
 
-def _dp_key(tag):
+def _dp_key(tag: str | None) -> str:
     for part in (tag or "").split():
         if part.startswith("DP"):
             return part
     return ""
 
 
-def _rank_sort_key(tag):
+def _rank_sort_key(tag: str) -> list[tuple[str, int]]:
     return [(re.sub(r"\d+$", "", p), int(re.sub(r"^\D+", "", p) or 0)) for p in tag.split()]
 
 
@@ -131,16 +132,18 @@ class _Boot:
 
     __slots__ = ("ranks", "replicas", "server_args", "kv_dtype_line", "ready", "fmt_current", "mm_reduced")
 
-    def __init__(self):
-        self.ranks = {}  # rank tag ("" untagged) -> _new_rank() dict
-        self.replicas = {}  # DP tag ("" without DP) -> the first scheduler line's values of that replica
-        self.server_args = {}
-        self.kv_dtype_line = None  # "Using KV cache dtype: ..." (the first one)
+    def __init__(self) -> None:
+        self.ranks: dict[str, dict[str, Any]] = {}  # rank tag ("" untagged) -> _new_rank() dict
+        # DP tag ("" without DP) -> the first scheduler line's values of that replica
+        self.replicas: dict[str, dict[str, Any]] = {}
+        self.server_args: dict[str, Any] = {}
+        self.kv_dtype_line: str | None = None  # "Using KV cache dtype: ..." (the first one)
         self.ready = False
         self.fmt_current = False  # a line only the current wording prints was seen
-        self.mm_reduced = None  # "Automatically reduce --mem-fraction-static to X ... multimodal model" (SGLang 0.4.x)
+        # "Automatically reduce --mem-fraction-static to X ... multimodal model" (SGLang 0.4.x)
+        self.mm_reduced: float | None = None
 
-    def rank(self, tag):
+    def rank(self, tag: str | None) -> dict[str, Any]:
         """The record of rank ``tag`` (``None`` and ``""`` are the untagged rank), created on first use."""
         key = tag or ""
         if key not in self.ranks:
@@ -152,15 +155,15 @@ class _Boot:
 # ``tag`` is the line's rank tag (None without an SGLang prefix), ``message`` the text after the prefix.
 
 
-def _on_server_args(boot, _tag, message, _match):
+def _on_server_args(boot: _Boot, _tag: str | None, message: str, _match: re.Match[str]) -> None:
     boot.server_args = server_args_from_log_line(message)  # the last one of the boot wins
 
 
-def _on_ready(boot, _tag, _message, _match):
+def _on_ready(boot: _Boot, _tag: str | None, _message: str, _match: re.Match[str]) -> None:
     boot.ready = True
 
 
-def _on_load_begin(boot, tag, _message, match):
+def _on_load_begin(boot: _Boot, tag: str | None, _message: str, match: re.Match[str]) -> None:
     rank = boot.rank(tag)
     rank["_begins"] += 1
     # A rank's second "Load weight begin" is the draft model's.
@@ -170,7 +173,7 @@ def _on_load_begin(boot, tag, _message, match):
         rank["draft_pre_load_free_gib"] = float(match.group(1))
 
 
-def _on_load_end(boot, tag, _message, match):
+def _on_load_end(boot: _Boot, tag: str | None, _message: str, match: re.Match[str]) -> None:
     rest = match.group("rest")
     boot.fmt_current = boot.fmt_current or "elapsed=" in rest
     rank = boot.rank(tag)
@@ -192,11 +195,11 @@ def _on_load_end(boot, tag, _message, match):
         rank["draft_weights_type"] = cls
 
 
-def _on_kv_dtype(boot, _tag, _message, match):
+def _on_kv_dtype(boot: _Boot, _tag: str | None, _message: str, match: re.Match[str]) -> None:
     boot.kv_dtype_line = boot.kv_dtype_line or match.group(1)
 
 
-def _on_kv_alloc(boot, tag, _message, match):
+def _on_kv_alloc(boot: _Boot, tag: str | None, _message: str, match: re.Match[str]) -> None:
     rank = boot.rank(tag)
     rank["_kvs"] += 1
     if match.group("dtype"):
@@ -211,13 +214,13 @@ def _on_kv_alloc(boot, tag, _message, match):
         rank["draft_kv_tokens"], rank["draft_kv_size_gib"] = tokens, round(size, 2)
 
 
-def _on_pool_end(boot, tag, _message, match):
+def _on_pool_end(boot: _Boot, tag: str | None, _message: str, match: re.Match[str]) -> None:
     rank = boot.rank(tag)
     if rank["memory_pool_end_free_gib"] is None:
         rank["memory_pool_end_free_gib"] = float(match.group(1))
 
 
-def _on_capture_end(boot, tag, _message, match):
+def _on_capture_end(boot: _Boot, tag: str | None, _message: str, match: re.Match[str]) -> None:
     rank = boot.rank(tag)
     rest = match.group("rest")
     # current: "... CUDA graph end. elapsed=T s, ..."; classic: "... graph end. Time elapsed: T s. ..."
@@ -232,29 +235,29 @@ def _on_capture_end(boot, tag, _message, match):
         rank["post_capture_free_gib"] = float(avail.group(1))
 
 
-def _on_swa(boot, tag, _message, match):
+def _on_swa(boot: _Boot, tag: str | None, _message: str, match: re.Match[str]) -> None:
     rank = boot.rank(tag)
     rank["full_tokens"], rank["swa_tokens"] = int(match.group(1)), int(match.group(2))
 
 
-def _on_swa_pool(boot, tag, _message, match):
+def _on_swa_pool(boot: _Boot, tag: str | None, _message: str, match: re.Match[str]) -> None:
     rank = boot.rank(tag)
     rank["full_tokens"], rank["swa_tokens"] = int(match.group(3)), int(match.group(2))
 
 
-def _on_mm_reduce(boot, _tag, _message, match):
+def _on_mm_reduce(boot: _Boot, _tag: str | None, _message: str, match: re.Match[str]) -> None:
     boot.mm_reduced = float(match.group(1))
 
 
-def _on_mamba(boot, tag, _message, match):
+def _on_mamba(boot: _Boot, tag: str | None, _message: str, match: re.Match[str]) -> None:
     rank = boot.rank(tag)
     if rank["mamba_size_gib"] is None:  # a draft's own state pool (MTP) comes second
         rank["mamba_cache_size"] = int(match.group(1)) if match.group(1) else None
         rank["mamba_size_gib"] = round(float(match.group(2)) + float(match.group(3)), 2)
 
 
-def _on_max_total(boot, tag, message, _match):
-    values = {}
+def _on_max_total(boot: _Boot, tag: str | None, message: str, _match: re.Match[str]) -> None:
+    values: dict[str, float] = {}
     for key, value in _KEY_VALUE.findall(message):
         values[key] = float(value) if "." in value else int(value)
     gpu_mem = _AVAILABLE_MEM.search(message)
@@ -289,7 +292,7 @@ _LINE_HANDLERS = (
 )
 
 
-def _boot_facts(lines):
+def _boot_facts(lines: Sequence[str]) -> dict[str, Any]:
     boot = _Boot()
     for raw in lines:
         tag, message = split_record(raw)
@@ -301,7 +304,7 @@ def _boot_facts(lines):
     return _aggregate(boot)
 
 
-def _aggregate(boot):
+def _aggregate(boot: _Boot) -> dict[str, Any]:
     """The facts of a boot from its per-rank and per-replica records (module docstring, "Aggregation")."""
     rank_list = []
     for tag in sorted(boot.ranks, key=_rank_sort_key):
@@ -313,7 +316,7 @@ def _aggregate(boot):
         rank_list.append(rank)
 
     replica_list = [boot.replicas[key] for key in sorted(boot.replicas, key=_rank_sort_key)]
-    best = None
+    best: dict[str, Any] | None = None
     for replica in replica_list:
         if replica["max_total_num_tokens"] is None:
             continue
@@ -322,7 +325,7 @@ def _aggregate(boot):
     best = best or (replica_list[0] if replica_list else {})
 
     kv_dtype = boot.kv_dtype_line or next((r["kv_dtype"] for r in rank_list if r["kv_dtype"]), None)
-    facts = {
+    facts: dict[str, Any] = {
         "format": "current" if boot.fmt_current else "classic",
         "pre_load_free_gib": _min(r["pre_load_free_gib"] for r in rank_list),
         "weights_gib": _max(r["weights_gib"] for r in rank_list),
@@ -356,7 +359,7 @@ def _aggregate(boot):
     return facts
 
 
-def _fraction(boot):
+def _fraction(boot: _Boot) -> dict[str, Any]:
     """The --mem-fraction-static the pool was sized with, the one server_args printed, and where the first came from:
     SGLang 0.4.x printed server_args, then multiplied f by 0.9 for a multimodal model and said so in a line of its own."""
     logged = boot.server_args.get("mem_fraction_static") if boot.server_args else None
@@ -368,7 +371,7 @@ def _fraction(boot):
             "mem_fraction_static_source": "server_args" if logged is not None else None}
 
 
-def parse_startup_log(text):
+def parse_startup_log(text: Any) -> dict[str, Any]:
     """Parse SGLang startup-log ``text`` and return the facts of its last boot (see the module docstring).
 
     Keys: ``format`` ('classic'|'current'), ``boots``, ``pre_load_free_gib``, ``weights_gib``,

@@ -54,6 +54,8 @@ Boots without any SGLang record (for example only systemd lines) are dropped. Th
 from __future__ import annotations
 
 import re
+from typing import Iterable
+
 # [2025-08-11 02:15:02] / [2026-02-26 16:41:05 TP1] / [2026-05-07 13:39:14 DP1 TP1 EP1] / [.. 12:00:00.123 TP0]
 # Older SGLang printed time only ([22:30:52 TP0]); some excerpts drop the year ([07-01 15:20:44]).
 _PREFIX = re.compile(
@@ -116,13 +118,13 @@ _SGLANG_MARKER = re.compile(
 )
 
 
-def _strip_journal(line):
+def _strip_journal(line: str) -> str:
     """The line without a journald prefix (``Nov 30 00:01:02 host python3[1234]: `` or its ISO form)."""
     match = _JOURNAL_PREFIX.match(line)
     return line[match.end():] if match else line
 
 
-def split_record(line):
+def split_record(line: str) -> tuple[str | None, str]:
     """Return (tag, message) of one log line.
 
     ``tag`` is the rank tag (``"TP0"``, ``"DP1 TP1 EP1"``, ``""`` for an untagged record) or ``None`` when the line
@@ -137,27 +139,28 @@ def split_record(line):
     return last.group("tags").strip(), line[last.end():].strip()
 
 
-def proof(line):
+def proof(line: str) -> str:
     """A log line as quoted in ``failure.line``: stripped, without a journald prefix."""
     return _strip_journal(line).strip()
 
 
-def _is_start_event(message):
+def _is_start_event(message: str) -> bool:
     return bool(_INIT_BEGIN.search(message) or LW_BEGIN.search(message))
 
 
-def _has_sglang(line):
+def _has_sglang(line: str) -> bool:
     return bool(_SGLANG_MARKER.search(line) or INIT_OOM.search(line) or CAPTURE_FAILED.search(line)
                 or FATAL.search(line))
 
 
-def split_boots(lines):
+def split_boots(lines: Iterable[str]) -> list[list[str]]:
     """Split log lines into boots, oldest first; see the module docstring ("Boots") for the rules.
 
     Only boots that hold at least one SGLang record are returned.
     """
-    boots = []
-    current, has_sglang, has_start, ended = [], False, False, False
+    boots: list[tuple[list[str], bool]] = []
+    current: list[str] = []
+    has_sglang, has_start, ended = False, False, False
     for raw in lines:
         _tag, message = split_record(raw)
         # Each pattern is searched at most once a line: a journal of many restarts is mostly lines that match none.

@@ -7,6 +7,8 @@ tuned. Computed once per run on the controller (playbooks/tune_kv.yml's first pl
 host then reads its own entry and the groups come from the result. Pure function, linear in the hosts."""
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import multinode
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import class_values
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import host_units
@@ -18,7 +20,8 @@ CANARIES = "kv_tune_canaries"    # per_class: the host that searches for a class
 GROUPS = (TODO, MULTINODE, CANARIES)
 
 
-def fleet_plan(probes, hosts, strategy="per_host", force=False):
+def fleet_plan(probes: dict[str, Any], hosts: Iterable[str], strategy: str = "per_host",
+               force: Any = False) -> dict[str, Any]:
     """The plan of one tuning run. ``probes``: host -> what kv_tune said in check mode (``status``,
     ``fingerprint_hash``, ``pin``, ``node``, ``units``; None: no answer); ``hosts``: the play's hosts in inventory
     order; ``strategy`` and ``force``: kv_tune_strategy and kv_tune_force of the run.
@@ -38,15 +41,15 @@ def fleet_plan(probes, hosts, strategy="per_host", force=False):
     hosts = list(hosts)
     servers = multinode.server_plan(probes, hosts)
     classes = class_values.class_plan_units(probes, hosts, force=bool(force)) if strategy == "per_class" else {}
-    out = {"hosts": {}, "groups": {group: [] for group in GROUPS}, "memberships": [], "errors": {},
-           "classes": {}, "servers": {}}
+    out: dict[str, Any] = {"hosts": {}, "groups": {group: [] for group in GROUPS}, "memberships": [], "errors": {},
+                           "classes": {}, "servers": {}}
     for host in hosts:
         probe = probes.get(host) or {}
         unchanged = probe.get("status") == "unchanged"
         server = servers.get(host)
         entry = classes.get(host)
         error = server["error"] if server is not None else None
-        groups = []
+        groups: list[str] = []
         if error is None:
             if server is None and not unchanged:
                 groups.append(TODO)
@@ -71,7 +74,7 @@ def fleet_plan(probes, hosts, strategy="per_host", force=False):
     return out
 
 
-def _class_entries(host, entry):
+def _class_entries(host: str, entry: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
     """(target, class_plan entry) of each unit of ``host``'s class plan entry."""
     if entry is None:
         return []
@@ -82,7 +85,7 @@ def _class_entries(host, entry):
     return [(host_units.target_label(host, unit) if several else host, unit_entry) for unit, unit_entry in units.items()]
 
 
-def _add_to_class(classes, target_entry):
+def _add_to_class(classes: dict[str, Any], target_entry: tuple[str, dict[str, Any]]) -> None:
     target, entry = target_entry
     if entry.get("class") is None:
         return

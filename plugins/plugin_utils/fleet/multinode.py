@@ -12,6 +12,7 @@ every node, restarted together, judged by the least free GPU of any node, pinned
 from __future__ import annotations
 
 import hashlib
+from typing import Any, Iterable, Sequence
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup import boot_trust
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import InvalidInput
@@ -25,7 +26,7 @@ class MultinodeError(InvalidInput):
     """The nodes of a server do not add up (a rank missing or twice, another node count); the message says which."""
 
 
-def node_of(server_args):
+def node_of(server_args: dict[str, Any] | None) -> dict[str, Any] | None:
     """``{"key", "nnodes", "node_rank", "dist_init_addr"}`` of one node of a multi-node server (``server_args``: the
     node's command line, parsed), or None for a server on one host. ``key`` names the server: the nodes of one server
     share their --dist-init-addr."""
@@ -47,7 +48,7 @@ def node_of(server_args):
             "dist_init_addr": str(addr)}
 
 
-def server_plan(probes, hosts):
+def server_plan(probes: dict[str, Any], hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
     """The multi-node servers among ``hosts`` (what each host's kv_tune said in check mode: ``node``, ``status``).
     Returns host -> ``{"key", "node_rank", "leader", "nodes" (hosts by rank), "tune", "why", "error"}`` for each node
     of a multi-node server; hosts of single-host servers are left out.
@@ -55,19 +56,19 @@ def server_plan(probes, hosts):
     ``tune``: the server needs tuning when any node does (a node without its pin, or another fingerprint), and then
     every node takes part. A server whose nodes are not all in the run (a rank missing, twice) cannot be tuned:
     ``tune`` False, and ``error`` says why when it would need tuning."""
-    servers = {}
+    servers: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for host in hosts:
         node = (probes.get(host) or {}).get("node")
         if node:
             servers.setdefault(node["key"], []).append((host, node))
-    plan = {}
+    plan: dict[str, dict[str, Any]] = {}
     for key, members in servers.items():
         nnodes = members[0][1]["nnodes"]
-        ranks = {}
+        ranks: dict[int, list[str]] = {}
         for host, node in members:
             ranks.setdefault(node["node_rank"], []).append(host)
         nodes = [ranks.get(rank, [None])[0] for rank in range(nnodes)]
-        problem = None
+        problem: str | None = None
         if any(node["nnodes"] != nnodes for _host, node in members):
             problem = "its nodes disagree on --nnodes"
         elif any(len(found) > 1 for found in ranks.values()):
@@ -91,7 +92,7 @@ def server_plan(probes, hosts):
     return plan
 
 
-def followers_reason(hellos, leader=None):
+def followers_reason(hellos: Sequence[dict[str, Any]], leader: dict[str, Any] | None = None) -> str | None:
     """Why the server must be tuned according to its other nodes (``hellos``: what each follower said when it
     joined: ``rank``, ``host``, ``status``, ``why``, ``pin`` and ``running`` values), or None when each of them holds
     its pin and runs node 0's (``leader``: node 0's ``rank``, ``host``, ``pin``, ``running``); raises
@@ -107,10 +108,10 @@ def followers_reason(hellos, leader=None):
     return "; ".join(reasons) or None
 
 
-def _disagreements(nodes):
+def _disagreements(nodes: Sequence[dict[str, Any]]) -> list[str]:
     """The nodes of one server pinned on, or running, different values (a commit that reached only some of them):
     one value for every node is what a server that spans hosts can be verified on."""
-    found = []
+    found: list[str] = []
     for key, what in (("pin", "pinned on"), ("running", "running")):
         values = [None if node.get(key) is None else round(float(node[key]), 6) for node in nodes]
         if any(value != values[0] for value in values):
@@ -120,7 +121,7 @@ def _disagreements(nodes):
     return found
 
 
-def merge_samples(stress, followers):
+def merge_samples(stress: dict[str, Any] | None, followers: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The load's result for the whole server: ``stress`` (kv_stress on node 0, which drives the load) with the free
     memory of every other node's GPUs sampled during the same load (``followers``: host -> ``{"min_free_gib_per_gpu",
     "running", "same_start", "msg"}``). The least free GPU of any node is the server's; a node whose server is gone or
@@ -140,7 +141,8 @@ def merge_samples(stress, followers):
     return merged
 
 
-def server_boot(leader_boot, follower_boots):
+def server_boot(leader_boot: dict[str, Any] | None,
+                follower_boots: dict[str, dict[str, Any] | None] | None) -> dict[str, Any]:
     """The startup facts of the whole server from each node's (its own log: its own ranks).
 
     SGLang sizes the pool from the least free memory of any rank of any node, before the weights (P) and after them

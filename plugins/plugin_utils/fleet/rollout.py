@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from typing import Any, Collection
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
@@ -64,12 +65,12 @@ TOPOLOGY = ("sglang_service_name", "sglang_service_instances", "sglang_service_s
 LOCK_LEASE_S = (600, run_settings.BOUNDS["confirm_timeout"][1])
 
 
-def hook_path(path, playbook_dir):
+def hook_path(path: str, playbook_dir: str) -> str:
     """Where a hook's task file is on the controller: absolute, or relative to the playbook (the role's defaults)."""
     return posixpath.normpath(posixpath.join(playbook_dir, path))
 
 
-def _serial_problem(serial):
+def _serial_problem(serial: Any) -> str | None:
     """Why ``serial`` (Ansible's play keyword: a batch size, a percentage, or a list of them) is not a rollout's
     batches, or None. Ansible reads 0 as "all hosts at once": no canary."""
     batches = serial if isinstance(serial, list) else [serial]
@@ -86,7 +87,7 @@ def _serial_problem(serial):
     return None
 
 
-def _number_problem(value, kind, low, high):
+def _number_problem(value: Any, kind: type, low: float, high: float) -> str | None:
     try:
         number = checks.parse_number("", value, kind, RolloutError)
     except RolloutError:
@@ -94,13 +95,14 @@ def _number_problem(value, kind, low, high):
     return None if low <= number <= high else "must lie in [%s, %s] (got %r)" % (low, high, value)
 
 
-def input_problems(values, regular_files=frozenset(), playbook_dir="."):
+def input_problems(values: dict[str, Any], regular_files: Collection[str] = frozenset(),
+                   playbook_dir: str = ".") -> list[str]:
     """What is wrong with one host's rollout inputs: a list of "name: why" (empty when all are valid). ``values``:
     the inputs of INPUTS that the host sets; ``regular_files``: the hook paths (hook_path) that are regular files on
     the controller, observed by the caller."""
-    problems = []
+    problems: list[str] = []
 
-    def bad(name, why):
+    def bad(name: str, why: str) -> None:
         problems.append("%s %s" % (name, why))
 
     if "sglang_version" in values and not _PEP440.fullmatch(str(values["sglang_version"])):
@@ -149,7 +151,7 @@ def input_problems(values, regular_files=frozenset(), playbook_dir="."):
     return problems
 
 
-def _nodes(args):
+def _nodes(args: Any) -> int:
     """--nnodes of a server's arguments (1 when not given or not a number: the role's own check names those)."""
     found = {sa.canonical(key): value for key, value in (args or {}).items()} if isinstance(args, dict) else {}
     try:
@@ -158,7 +160,7 @@ def _nodes(args):
         return 1
 
 
-def topology_problems(values):
+def topology_problems(values: dict[str, Any]) -> list[str]:
     """What rollout.yml does not handle on a host, from the sglang_service role's inputs it sets: several servers
     (the upgrade's roles restart every one of them, and the rollout gates, locks and re-tunes only rollout_unit),
     and a server that spans hosts (its nodes must change together). A list of "name why", like input_problems."""
@@ -169,7 +171,7 @@ def topology_problems(values):
     except service_units.ServiceUnitsError as exc:
         return ["sglang_service_instances %s" % exc]
     unit = str(values.get("rollout_unit") or "%s.service" % name)
-    problems = []
+    problems: list[str] = []
     if len(units) > 1:
         problems.append("sglang_service_instances gives this host the servers %s, and rollout.yml upgrades exactly "
                         "one server per host (rollout_unit %s): the others would restart on the new release with "
@@ -187,10 +189,11 @@ def topology_problems(values):
     return problems
 
 
-def check_inputs(host_values, regular_files=frozenset(), playbook_dir="."):
+def check_inputs(host_values: dict[str, dict[str, Any]], regular_files: Collection[str] = frozenset(),
+                 playbook_dir: str = ".") -> dict[str, Any]:
     """Every host's rollout inputs (``host_values``: {host: the inputs it sets}) checked before any host is touched.
     Returns {hosts, sglang_versions}; raises RolloutError naming each bad input and the hosts that have it."""
-    hosts_of = {}
+    hosts_of: dict[str, list[str]] = {}
     for host in sorted(host_values):
         for problem in input_problems(host_values[host], regular_files, playbook_dir):
             hosts_of.setdefault(problem, []).append(host)
@@ -201,12 +204,12 @@ def check_inputs(host_values, regular_files=frozenset(), playbook_dir="."):
     return {"hosts": len(host_values), "sglang_versions": versions}
 
 
-def _check_phase(phase):
+def _check_phase(phase: str) -> None:
     if phase not in PHASES:
         raise RolloutError("unknown rollout phase %r (known: %s)" % (phase, ", ".join(PHASES)))
 
 
-def rescue_plan(phase, before=None):
+def rescue_plan(phase: str, before: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the rescue does after a failure in ``phase``, given ``before`` (the kv_fingerprint result recorded before
     the upgrade): ``roll_back`` (reinstall ``version``, the SGLang version recorded then, and restart) when the
     failure came after the upgrade began; ``undrain`` (call the undrain hook once the host serves again) when the
@@ -227,7 +230,7 @@ def rescue_plan(phase, before=None):
             "pin": pin, "restart": roll_back and (pin or {}).get("state") != "reset"}
 
 
-def pin_restore(before):
+def pin_restore(before: dict[str, Any] | None) -> dict[str, Any] | None:
     """The kv_trial arguments that make the unit's pin the one recorded ``before`` the upgrade (its kv_fingerprint
     result): that entry committed again (drop-in and fact, no restart), or the pin reset where there was none (a
     re-tune on the new release may have pinned a value no load verified on the old one). None where the pin then
@@ -244,14 +247,14 @@ def pin_restore(before):
     return {"state": "committed", "value": text, "fact": entry}
 
 
-def _versions(fingerprint_result):
+def _versions(fingerprint_result: dict[str, Any] | None) -> dict[str, Any]:
     """{sglang, driver, model} of a kv_fingerprint result (None where unknown)."""
     fp = (fingerprint_result or {}).get("fingerprint") or {}
     versions, model = fp.get("versions") or {}, fp.get("model") or {}
     return {"sglang": versions.get("sglang"), "driver": versions.get("driver"), "model": model.get("path")}
 
 
-def _state_text(state):
+def _state_text(state: dict[str, Any]) -> str:
     parts = ["SGLang %s" % (state.get("sglang") or "?")]
     if state.get("driver"):
         parts.append("driver %s" % state["driver"])
@@ -260,13 +263,15 @@ def _state_text(state):
     return ", ".join(parts)
 
 
-def _short(text, limit=400):
+def _short(text: Any, limit: int = 400) -> str:
     text = " ".join(str(text or "").split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def outcome(host, phase, before=None, after=None, failure=None, plan=None, rollback=None, gate=None,
-            retune=None):
+def outcome(host: str, phase: str, before: dict[str, Any] | None = None, after: dict[str, Any] | None = None,
+            failure: dict[str, Any] | None = None, plan: dict[str, Any] | None = None,
+            rollback: dict[str, Any] | None = None, gate: dict[str, Any] | None = None,
+            retune: dict[str, Any] | None = None) -> dict[str, Any]:
     """The host's rollout outcome, from what the tasks observed.
 
     ``phase``: the phase the host reached (``done`` after the whole block); ``before``/``after``: kv_fingerprint
@@ -280,8 +285,8 @@ def outcome(host, phase, before=None, after=None, failure=None, plan=None, rollb
     if not (after or {}).get("fingerprint"):
         now = dict(was) if phase in ("lock", "gate_before", "drain") else now
     retune = retune or {}
-    row = {"host": host, "phase": phase, "before": was, "after": now, "retune": retune.get("status"),
-           "retune_why": retune.get("why")}
+    row: dict[str, Any] = {"host": host, "phase": phase, "before": was, "after": now, "retune": retune.get("status"),
+                           "retune_why": retune.get("why")}
     if phase == "done":
         changed = was != now
         row.update(status="upgraded" if changed else "unchanged", failed=False, error=None)
@@ -332,10 +337,10 @@ def outcome(host, phase, before=None, after=None, failure=None, plan=None, rollb
     return row
 
 
-def summary_rows(outcomes, pending=()):
+def summary_rows(outcomes: dict[str, Any], pending: Collection[str] = ()) -> list[dict[str, Any]]:
     """The fleet summary: one row per host of ``outcomes`` (host -> its outcome, None when the host never got to
     record one: unreachable, or in a batch that has not run: ``pending``)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for host in sorted(outcomes):
         res = outcomes[host]
         if res:
@@ -350,7 +355,7 @@ def summary_rows(outcomes, pending=()):
     return rows
 
 
-def failed_row(row):
+def failed_row(row: dict[str, Any]) -> bool:
     """Whether a summary row is a host the rollout did not leave upgraded or as it was (rolled back, not upgraded, a
     rollback or undrain that failed, no outcome)."""
     return row["status"] not in ("upgraded", "unchanged", "not_started")

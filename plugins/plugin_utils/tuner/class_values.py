@@ -5,11 +5,13 @@
 member verifies."""
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units import target_label
 
 
-def class_plan(probes, hosts, force=False):
+def class_plan(probes: dict[str, Any], hosts: Iterable[str], force: bool = False) -> dict[str, dict[str, Any]]:
     """Who searches and who verifies, per class of identical fingerprints (GPUs, driver, SGLang, model, memory
     arguments: the fingerprint hash). ``probes``: host -> what kv_tune said in check mode (``status``,
     ``fingerprint_hash``, ``pin``; None or failed: no answer); ``hosts``: the play's hosts in inventory order.
@@ -22,7 +24,8 @@ def class_plan(probes, hosts, force=False):
       ``unchanged``). Hosts whose pin holds are members too: they are not tuned at all;
     - ``alone``: no fingerprint (no answer, a unit that cannot be read): its own search, if any.
     ``force`` (kv_tune_force): no pin counts, every class gets a canary."""
-    plan, classes = {}, {}
+    plan: dict[str, dict[str, Any]] = {}
+    classes: dict[str, list[str]] = {}
     for host in hosts:
         probe = probes.get(host) or {}
         key = probe.get("fingerprint_hash")
@@ -53,14 +56,15 @@ def class_plan(probes, hosts, force=False):
     return plan
 
 
-def class_plan_units(probes, hosts, force=False):
+def class_plan_units(probes: dict[str, Any], hosts: Iterable[str], force: bool = False) -> dict[str, dict[str, Any]]:
     """:func:`class_plan` over every unit of every host (a host with several servers has a target per unit; a class
     may hold units of one host). ``probes``: host -> what kv_tune said in check mode. Returns host ->
     ``{"canary": whether one of its units searches for a class, "units": {unit: class_plan's entry, with the
     canary's ``canary_host`` and ``canary_unit``}, "lines": [one per unit]}``."""
-    targets, where = [], {}
+    targets: list[tuple[str, Any]] = []
+    where: dict[str, tuple[str, Any]] = {}
     for host in hosts:
-        probe = probes.get(host) or {}
+        probe: Any = probes.get(host) or {}
         units = probe.get("units") or {}
         several = len(units) > 1
         for unit, unit_probe in (units.items() if units else [(probe.get("unit"), probe)]):
@@ -68,7 +72,7 @@ def class_plan_units(probes, hosts, force=False):
             targets.append((label, unit_probe))
             where[label] = (host, unit)
     plan = class_plan(dict(targets), [label for label, _probe in targets], force=force)
-    out = {host: {"canary": False, "units": {}, "lines": []} for host in hosts}
+    out: dict[str, dict[str, Any]] = {host: {"canary": False, "units": {}, "lines": []} for host in hosts}
     for label, _probe in targets:
         host, unit = where[label]
         entry = dict(plan[label])
@@ -80,7 +84,7 @@ def class_plan_units(probes, hosts, force=False):
     return out
 
 
-def _canary_pin(entry, canary_outcome):
+def _canary_pin(entry: dict[str, Any] | None, canary_outcome: dict[str, Any] | None) -> dict[str, Any] | None:
     """What the canary of a member's class pinned (its result's ``after``, or the pin that held), or None."""
     if not entry or entry.get("role") != "member":
         return None
@@ -92,7 +96,7 @@ def _canary_pin(entry, canary_outcome):
     return None
 
 
-def class_value(entry, canary_outcome=None):
+def class_value(entry: dict[str, Any] | None, canary_outcome: dict[str, Any] | None = None) -> float | None:
     """The value a member of a class verifies (before the margin), or None: its own search. ``entry``: its
     class_plan entry; ``canary_outcome``: what the canary's kv_tune returned (None: it did not run or answer)."""
     if entry and entry.get("role") == "member" and entry.get("value") is not None:
@@ -100,7 +104,7 @@ def class_value(entry, canary_outcome=None):
     return (_canary_pin(entry, canary_outcome) or {}).get("mem_fraction_static")
 
 
-def class_tokens(entry, canary_outcome=None):
+def class_tokens(entry: dict[str, Any] | None, canary_outcome: dict[str, Any] | None = None) -> int | None:
     """The pool the canary of a member's class verified (what kv_tune_pin_tokens caps the class at), or None when
     the member's value did not come from its canary's outcome."""
     if entry and entry.get("value") is not None:
@@ -108,7 +112,7 @@ def class_tokens(entry, canary_outcome=None):
     return (_canary_pin(entry, canary_outcome) or {}).get("tokens")
 
 
-def verify_value(value, settings):
+def verify_value(value: float, settings: dict[str, Any]) -> float:
     """The class's value less the margin, on the grid and at most the cap: what a member runs under the load.
 
     The margin (kv_tune_class_margin_steps grid steps, none by default) can absorb what differs between hosts of one

@@ -5,12 +5,15 @@
 and the lowest value worth trying."""
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import (
     kv_base, kv_capacity_report, kv_cell, kv_search, kv_shape)
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import TuneError
 
 
-def model_inputs(config, memory_args, sglang_version, environment=None):
+def model_inputs(config: dict[str, Any] | None, memory_args: dict[str, Any] | None, sglang_version: str | None,
+                 environment: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What the formula needs of the model, from config.json (as data) and the fingerprint's memory args: the KV
     cell per GPU (bytes per token), the page size, the multimodal reservation, and whether SGLang sizes the pool
     after CUDA-graph capture with the unit's ``environment`` (then no formula predicts it: every value is measured).
@@ -33,7 +36,7 @@ def model_inputs(config, memory_args, sglang_version, environment=None):
             "hybrid_state": shape.linear_state is not None, "post_capture_sizing": after_capture}
 
 
-def split_pool(config, boots):
+def split_pool(config: dict[str, Any] | None, boots: Iterable[Any]) -> bool | None:
     """Whether SGLang splits this model's KV memory between pools (full and sliding-window layers, or a
     linear-attention state pool beside the KV pool), from its startup logs ``boots`` or else its config.json; None
     when neither tells."""
@@ -49,7 +52,7 @@ def split_pool(config, boots):
     return False if any(boot.get("max_total_num_tokens") for boot in boots) else None
 
 
-def effective_memory(boot):
+def effective_memory(boot: dict[str, Any] | None) -> tuple[Any, Any]:
     """(P, A) of a boot in terms of the command line's --mem-fraction-static. SGLang 0.4.x sized a multimodal model's
     pool with s * f (it said so: mem_fraction_static_source 'multimodal_reduction'); A - P * (1 - s * f) is
     A' - P' * (1 - f) with P' = s * P and A' = A - P * (1 - s), so the formula, the floor and the slope keep working
@@ -66,7 +69,8 @@ def effective_memory(boot):
     return p, a
 
 
-def lower_bound(boot, model, min_tokens=None):
+def lower_bound(boot: dict[str, Any] | None, model: dict[str, Any] | None,
+                min_tokens: int | None = None) -> float | None:
     """The formula's lowest viable value from the running server's P and A (and, with the model known, the pool that
     holds ``min_tokens``); None when its startup log does not give P and A, or they cannot be trusted."""
     p, a = effective_memory(boot)
@@ -88,7 +92,8 @@ _POOL_OPTIONS = ("tp_size", "dp_size", "kv_cache_dtype", "page_size", "max_total
                  "max_mamba_cache_size")
 
 
-def pool_residual_gib(config, memory_args, sglang_version, environment, boot):
+def pool_residual_gib(config: dict[str, Any] | None, memory_args: dict[str, Any] | None, sglang_version: str | None,
+                      environment: dict[str, Any] | None, boot: dict[str, Any] | None) -> float | None:
     """GiB of the budget that the pool of this boot did not get, by SGLang's formula at the boot's own P, A and f:
     (the formula's tokens - the logged tokens) x the formula's pool bytes per token. Whatever the formula leaves out
     (a LoRA buffer, a workspace taken before the pool) is the same at every boot of one configuration, so the figure

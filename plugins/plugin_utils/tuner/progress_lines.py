@@ -10,6 +10,9 @@ AWX's job output and a program reading ansible-runner's events (PROGRESS_LINE) a
 from __future__ import annotations
 
 import re
+from typing import Any, Callable
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
 
 HEARTBEAT_S = 20.0
 PREFIX = "[kv_tune] "
@@ -20,7 +23,7 @@ PROGRESS_LINE = re.compile(r"^\[kv_tune\] (?P<label>.+?): (?P<phase>[a-z][a-z ]*
 _WAITS = ("loading", "under load")
 
 
-def call_phase(name, args, restarted=False):
+def call_phase(name: str, args: Any, restarted: bool = False) -> tuple[str, Any, Any] | None:
     """The phase that a module call of the tuner starts for its unit, or None when the call does not move it:
     (phase, value text or None, seconds the phase is planned to last or None). A fingerprint is the probe only as
     the run's first call (Progress keeps that). ``restarted``: the unit was restarted onto the value in hand (a
@@ -39,24 +42,29 @@ def call_phase(name, args, restarted=False):
     return None
 
 
-def value_text(value):
-    """0.91 -> "0.910", 0.8855 -> "0.8855": three decimals at least, as the tuner writes values."""
-    text = "%.4f" % value
-    return text[:-1] if text.endswith("0") else text
+def shown_value(value: float) -> str:
+    """A value as the progress lines show it, which do not know the run's grid: kv_search's written form
+    (value_text) on the 0.001 grid when the value lies on it, else on the finest grid (0.0001), to which it is rounded:
+    0.91 -> "0.910", 0.8855 -> "0.8855"."""
+    shown = round(value, 4)
+    return kv_search.value_text(shown, 0.001 if kv_search.on_grid(shown, 0.001) else kv_search.MIN_RESOLUTION)
 
 
 class Progress(object):
     """The progress of one unit's run. ``clock`` gives seconds (monotonic); each method returns the line to show
     now, or None."""
 
-    def __init__(self, label, clock):
+    def __init__(self, label: str, clock: Callable[[], float]) -> None:
         self.label, self.clock = label, clock
-        self.phase = self.value = self.planned = None
-        self.since = self.said = None
+        self.phase: str | None = None
+        self.value: str | None = None
+        self.planned: float | None = None
+        self.since: float | None = None
+        self.said: float | None = None
         self.restarted = False   # since the last commit: a start (a trial's, or a revert's) onto the value in hand
-        self.lkg = None          # the value this run last committed
+        self.lkg: str | None = None   # the value this run last committed
 
-    def on_call(self, name, args):
+    def on_call(self, name: str, args: dict[str, Any]) -> str | None:
         found = call_phase(name, args, self.restarted)
         if found is None or (found[0] == "probe" and self.phase is not None):
             return None
@@ -74,12 +82,12 @@ class Progress(object):
             self.value = self.lkg
         return line
 
-    def on_end(self, name, result):
+    def on_end(self, name: str, result: dict[str, Any]) -> str | None:
         """After a call that can end a phase: a start, a wait for the server or a load that failed; a server that
         answered (ready); a load that held (verified: the run judges its headroom next)."""
         if name == "kv_fingerprint" and self.value is None and result.get("mem_fraction_static"):
             # The value the server runs: what a load measured in place, without a start, is a load of.
-            self.value = value_text(result["mem_fraction_static"])
+            self.value = shown_value(result["mem_fraction_static"])
         if self.phase is None or name not in ("kv_trial", "sglang_ready", "kv_stress"):
             return None
         if result.get("failed") or result.get("held") is False or result.get("ready") is False:
@@ -92,7 +100,7 @@ class Progress(object):
         self.phase, self.since, self.said = phase, None, None
         return self.line(self.clock())
 
-    def heartbeat(self):
+    def heartbeat(self) -> str | None:
         """While a server loads or is under load: the line again, with the time spent, every HEARTBEAT_S."""
         if self.phase not in _WAITS or self.said is None:
             return None
@@ -102,7 +110,7 @@ class Progress(object):
         self.said = now
         return self.line(now)
 
-    def line(self, now):
+    def line(self, now: float) -> str:
         detail = None
         if self.since is not None and self.phase in _WAITS and now > self.since:
             spent = int(now - self.since)
@@ -111,7 +119,7 @@ class Progress(object):
                                  " (%s)" % detail if detail else "")
 
 
-def parse_line(text):
+def parse_line(text: str) -> dict[str, str | None] | None:
     """A progress line as {label, phase, value, detail}, or None for any other line."""
     found = PROGRESS_LINE.match(text.strip())
     return found.groupdict() if found else None

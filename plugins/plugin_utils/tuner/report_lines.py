@@ -4,14 +4,16 @@
 """What the tuner says: the progress and result lines, the fleet summary's rows and the Markdown report."""
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
 
 
-def token_count(tokens):
+def token_count(tokens: Any) -> str:
     return "?" if tokens is None else "{:,}".format(int(tokens))
 
 
-def fraction_text(value, resolution=None, text=None):
+def fraction_text(value: float | None, resolution: float | None = None, text: str | None = None) -> str:
     if text is not None:
         return text
     if value is None:
@@ -21,7 +23,7 @@ def fraction_text(value, resolution=None, text=None):
     return kv_search.value_text(value)
 
 
-def unchanged_line(host, unit, pin):
+def unchanged_line(host: str, unit: str, pin: dict[str, Any]) -> str:
     return ("%s: %s keeps %s (%s KV tokens%s), pinned %s: fingerprint unchanged."
             % (host, unit, fraction_text(pin.get("mem_fraction_static"), pin.get("settings", {}).get("resolution"),
                                          pin.get("text")),
@@ -29,7 +31,7 @@ def unchanged_line(host, unit, pin):
                pin.get("time", "?")))
 
 
-def watch_note(watch):
+def watch_note(watch: dict[str, Any] | None) -> str:
     """What the headroom watch says of a pin that holds (kv_fingerprint's ``watch``), as a sentence to append; "" without
     a watch or a verdict."""
     if not watch:
@@ -43,7 +45,7 @@ def watch_note(watch):
     return ""
 
 
-def watch_summary(watch):
+def watch_summary(watch: dict[str, Any] | None) -> dict[str, Any] | None:
     """What the fleet summary, the report and set_stats keep of the headroom watch (kv_fingerprint's ``watch``): the
     verdict, its reasons and numbers, and what it asked for or proposes; None without a watch."""
     if not watch:
@@ -56,7 +58,7 @@ def watch_summary(watch):
             "evidence": {key: evidence[key] for key in keep if key in evidence}}
 
 
-def result_line(result):
+def result_line(result: dict[str, Any]) -> str:
     """``host: 0.880 -> 0.910, KV 159,282 -> 202,389 tokens (+27%), 1 restart``."""
     before, after = result["before"], result["after"]
     resolution = result["settings"]["resolution"]
@@ -77,11 +79,11 @@ def result_line(result):
                token_count(after.get("tokens")), gain, result["restarts"], "" if result["restarts"] == 1 else "s", note))
 
 
-def summary_rows(outcomes, pending=()):
+def summary_rows(outcomes: dict[str, Any], pending: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The fleet summary: one row per host of ``outcomes`` (host -> the kv_tune task's registered result, None when
     the host never got there: unreachable, failed earlier, or in a batch that has not run: ``pending``). An unchanged
     host keeps what its last tune found."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for host in sorted(outcomes):
         res = outcomes[host] or {}
         status = res.get("status")
@@ -125,7 +127,7 @@ def summary_rows(outcomes, pending=()):
     return rows
 
 
-def _watch_words(watch):
+def _watch_words(watch: dict[str, Any] | None) -> str:
     """``; under real traffic: headroom (proposal: ...)`` for a summary row, "" without a watch verdict."""
     if not watch or not (watch.get("verdict") or watch.get("error")):
         return ""
@@ -135,9 +137,9 @@ def _watch_words(watch):
                                            " (proposal: %s)" % watch["proposal"] if watch.get("proposal") else "")
 
 
-def restarts_line(rows):
+def restarts_line(rows: Iterable[dict[str, Any]]) -> str:
     """What the run cost: ``restarts: 7 in all (searches 4 on 2 hosts, verifications 3 on 3 hosts, ...)``."""
-    spent = {}
+    spent: dict[str, tuple[int, int]] = {}
     for row in rows:
         if row.get("restarts") is not None and row["status"] != "unchanged":
             kind = {"search": "searches", "verified": "verifications", "fallback": "failed verifications and "
@@ -150,18 +152,18 @@ def restarts_line(rows):
     return "restarts: %d in all%s" % (total, " (%s)" % ", ".join(parts) if parts else "")
 
 
-def failed_row(row):
+def failed_row(row: dict[str, Any]) -> bool:
     """Whether a summary row is a host the run failed, found no stable value for, or could not reach (each stays on
     its last-known-good value)."""
     return row["status"] in ("failed", "no_stable_value") or row["status"].startswith("not tuned: failed")
 
 
-def restarts_total(rows):
+def restarts_total(rows: Iterable[dict[str, Any]]) -> int:
     """The restarts a run cost (a host whose pin held cost none)."""
     return sum(row.get("restarts") or 0 for row in rows if row["status"] != "unchanged")
 
 
-def report_markdown(result):
+def report_markdown(result: dict[str, Any]) -> str:
     """<host>.md: what was decided, the trials, the fingerprint."""
     res = result["settings"]["resolution"]
     fp = result.get("fingerprint") or {}

@@ -6,6 +6,7 @@ and the error every tuner module raises for a setting or an observation it canno
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
@@ -36,20 +37,20 @@ BOUNDS = {
 }
 
 
-def bound_text(name):
+def bound_text(name: str) -> str:
     """The range of setting ``name`` as the messages and the docs write it: ``[1, 3600] seconds``."""
     low, high, unit, _why = BOUNDS[name]
     return "[%s, %s] %s" % (low, high, unit)
 
 
-def check_settings(raw):
+def check_settings(raw: dict[str, Any]) -> dict[str, Any]:
     """The tuner's settings (the role's kv_tune_* variables without the prefix) checked and typed. Raises TuneError
     with the variable's name before anything on the host changes."""
-    def need(ok, msg):
+    def need(ok: Any, msg: str) -> None:
         if not ok:
             raise TuneError("Invalid input for llmserve.sglang.kv_tune: " + msg)
 
-    def num(name, kind=float):
+    def num(name: str, kind: type = float) -> Any:
         try:
             value = checks.parse_number("kv_tune_" + name, raw.get(name), kind, TuneError)
         except TuneError as exc:
@@ -63,7 +64,7 @@ def check_settings(raw):
     unit = str(raw.get("unit") or "")
     need(_UNIT_NAME.match(unit), "kv_tune_unit must be a systemd service name such as sglang.service (got '%s')."
          % unit)
-    settings = {"unit": unit, "force": bool(raw.get("force")), "start": None}
+    settings: dict[str, Any] = {"unit": unit, "force": bool(raw.get("force")), "start": None}
     if raw.get("start") is not None:
         settings["start"] = num("start")
         need(0 < settings["start"] < 1, "kv_tune_start must lie strictly between 0 and 1 (got %s)." % raw["start"])
@@ -117,7 +118,7 @@ def check_settings(raw):
     return settings
 
 
-def with_defaults(args):
+def with_defaults(args: dict[str, Any]) -> dict[str, Any]:
     """The action's arguments with the default that depends on others: kv_tune_confirm_timeout, unset, outlasts a
     trial (the ready timeout and two loads) by ten minutes."""
     if args.get("confirm_timeout") is not None:

@@ -6,6 +6,8 @@ armed timers, a stopped unit), whether its GPUs let SGLang start, what a last-kn
 means, and the one place that decides where the search starts."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_base, kv_defaults, kv_search
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.fingerprint import retune_reason
@@ -19,7 +21,7 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.trials impor
 BALANCE = 0.9
 
 
-def watch_lower_to(why, watch):
+def watch_lower_to(why: str | None, watch: dict[str, Any] | None) -> Any:
     """The value a near miss of the headroom watch asks to verify (``watch``: kv_fingerprint's, kv_watch.decision's),
     where that near miss is why the unit is tuned (``why``, plan_start's); None otherwise (a changed fingerprint
     asks for a search of its own)."""
@@ -27,7 +29,7 @@ def watch_lower_to(why, watch):
     return watch.get("lower_to") if watch.get("retune") and why == watch["retune"] else None
 
 
-def gpu_imbalance(gpu_memory):
+def gpu_imbalance(gpu_memory: list[dict[str, Any]] | None) -> str | None:
     """Why SGLang would refuse to start on these GPUs ("The memory capacity is unbalanced"), with the numbers, or
     None. ``gpu_memory`` is kv_fingerprint's: the unit's GPUs are those its processes use (all when it runs on none);
     what other processes hold stays taken when the unit starts again."""
@@ -50,7 +52,8 @@ def gpu_imbalance(gpu_memory):
                          BALANCE * 100))
 
 
-def plan_start(info, host, unit, force=False, check_mode=False, run_id=None, others=None, pin_tokens=None):
+def plan_start(info: dict[str, Any], host: str, unit: str, force: bool = False, check_mode: bool = False,
+               run_id: str | None = None, others: str | None = None, pin_tokens: Any = None) -> dict[str, Any]:
     """What to do with a unit before any search, from kv_fingerprint's result ``info``, in this order:
 
     - ``{"do": "refuse", "msg"}``: its ExecStart does not take the tuner's value, another live run holds its lock, or
@@ -78,7 +81,7 @@ def plan_start(info, host, unit, force=False, check_mode=False, run_id=None, oth
     lock = info.get("lock") or {}
     if lock.get("live") and lock.get("run_id") != run_id:
         return {"do": "refuse", "msg": kv_pin.lock_message(unit, lock, kv_pin.paths(unit)["lock"])}
-    first = None
+    first: dict[str, Any] | None = None
     if info.get("stale") and info["running"]:
         first = {"do": "restart", "why": "what is on disk is newer than the running server (%s): restarting it on its "
                                          "last-known-good value first" % "; ".join(info["stale"])}
@@ -118,7 +121,7 @@ def plan_start(info, host, unit, force=False, check_mode=False, run_id=None, oth
             "line": "%s: %s would be tuned (%s); check mode restarts nothing." % (host, unit, reason)}
 
 
-def failed_start(boot, unit, value_text):
+def failed_start(boot: dict[str, Any] | None, unit: str, value_text: str) -> str | None:
     """Whether a last-known-good value that did not come back can be tuned away (None) or ends the run (the message):
     an out-of-memory at start (the KV budget, graph capture, warm-up) can, any other failure cannot."""
     failure = (boot or {}).get("failure") or {}
@@ -130,7 +133,8 @@ def failed_start(boot, unit, value_text):
                (" -- " + failure["advice"]) if failure.get("advice") else ""))
 
 
-def safe_start(boot, fingerprint, model, settings):
+def safe_start(boot: dict[str, Any] | None, fingerprint: dict[str, Any] | None, model: dict[str, Any] | None,
+               settings: dict[str, Any]) -> float:
     """Where to start when the last-known-good value no longer starts: SGLang's own default for these GPUs and
     arguments, kept above the formula's minimum of the failed boot (P and A) and at or below the cap, on the grid."""
     args = (fingerprint or {}).get("server_args") or {}
@@ -147,7 +151,9 @@ def safe_start(boot, fingerprint, model, settings):
     return min(kv_search.grid_down(start, res), kv_search.grid_down(settings["cap"], res))
 
 
-def first_value(host, settings, running_value, verify=None, safe=None, default=None, lowest=None):
+def first_value(host: str, settings: dict[str, Any], running_value: float | None, verify: float | None = None,
+                safe: float | None = None, default: Callable[[], float] | None = None,
+                lowest: float | None = None) -> tuple[float, str]:
     """Where the search starts, decided here and nowhere else, as ``(value, source)``: the class's value less the
     margin (``verify``, per_class: source ``class``), else kv_tune_start (``kv_tune_start``) unless it lies below
     ``lowest`` (the formula's lowest viable value from the running server's P and A: a restart there cannot give a

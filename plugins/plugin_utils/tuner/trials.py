@@ -5,6 +5,8 @@
 and whether the server ran the value it was given."""
 from __future__ import annotations
 
+from typing import Any
+
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
 
 
@@ -15,7 +17,8 @@ OOM_KINDS = ("capture_oom", "runtime_oom")
 _FATAL_KINDS = ("unbalanced_memory", "nccl_error", "weights_oom")
 
 
-def classify_trial(ready, stress, boot, not_memory_gib=None):
+def classify_trial(ready: dict[str, Any], stress: dict[str, Any] | None, boot: dict[str, Any] | None,
+                   not_memory_gib: float | None = None) -> tuple[str, str | None]:
     """(outcome, why) of a trial from its readiness wait, its load (None when it never answered) and the startup
     facts of its boot. The phase decides an out-of-memory: before the KV pool (init_oom: f too low), after it but
     before the first answer (startup_oom: graphs, warm-up), under the load (runtime_oom, also when a server sharing
@@ -51,7 +54,7 @@ def classify_trial(ready, stress, boot, not_memory_gib=None):
     return "crash", "%s: %s" % (ready.get("reason"), ready.get("detail"))
 
 
-def oom_deficit_gib(boot):
+def oom_deficit_gib(boot: dict[str, Any] | None) -> float | None:
     """GiB that were missing when the boot ran out of memory (torch's "Tried to allocate" minus "free"), or None."""
     oom = ((boot or {}).get("failure") or {}).get("oom") or {}
     if oom.get("tried_gib") is None or oom.get("free_gib") is None:
@@ -59,7 +62,7 @@ def oom_deficit_gib(boot):
     return max(0.0, float(oom["tried_gib"]) - float(oom["free_gib"]))
 
 
-def growth(boot):
+def growth(boot: dict[str, Any] | None) -> float | None:
     """KV-like memory per GiB of KV budget: (target + draft KV) / target KV of the boot (a classic EAGLE draft's own
     pool grows with the target's), or None when the log does not say."""
     kv, draft = (boot or {}).get("kv_size_gib"), (boot or {}).get("draft_kv_size_gib")
@@ -68,7 +71,7 @@ def growth(boot):
     return (kv + (draft or 0.0)) / kv
 
 
-def restarted_after_its_oom(obs, start):
+def restarted_after_its_oom(obs: dict[str, Any], start: str | None) -> bool:
     """Whether the trial's start ``start`` answered, died of its own out-of-memory under the load (its own log says
     so: the observation's boot was read from that start, ``source`` ``... invocation=<start>``), and the unit now runs
     another start only because systemd's Restart= started it again before the tuner looked. The verdict is that
@@ -80,12 +83,12 @@ def restarted_after_its_oom(obs, start):
                 and (boot.get("source") or "").endswith("invocation=%s" % start))
 
 
-def readback_error(text, argv_value, log_value):
+def readback_error(text: str, argv_value: Any, log_value: Any) -> str | None:
     """None when the server ran the trial's value; else why not. ``argv_value`` is the --mem-fraction-static on the
     running server's command line (None: not running, or no flag), ``log_value`` the one its startup log printed
     (None: no server_args line)."""
     wanted = kv_search.parse_value(text)
-    seen = []
+    seen: list[str] = []
     for where, value in (("its command line", argv_value), ("its startup log", log_value)):
         if value is not None and not kv_search.same_value(value, wanted):
             seen.append("%s says %s" % (where, value))
@@ -95,14 +98,14 @@ def readback_error(text, argv_value, log_value):
             "(another drop-in, an edited unit?)" % (text, " and ".join(seen)))
 
 
-def not_memory_gib(boot, running_boot, safety_gib):
+def not_memory_gib(boot: dict[str, Any], running_boot: dict[str, Any], safety_gib: float) -> float | None:
     """Free GiB under load above which a crash is not a lack of memory: a tenth of the memory before the weights (the
     trial's boot's, else the running server's), at least four margins."""
     p = boot.get("pre_load_free_gib") or running_boot.get("pre_load_free_gib")
     return max(4 * safety_gib, 0.1 * p) if p else None
 
 
-def above_the_class(min_free_gib, p, settings):
+def above_the_class(min_free_gib: float | None, p: float | None, settings: dict[str, Any]) -> bool:
     """Whether the free memory under load at the verified value leaves room for a value above the class's own
     (the verified value plus the margin's steps): whole grid steps of P x resolution beyond the safety margin."""
     if min_free_gib is None or not p:
@@ -111,7 +114,7 @@ def above_the_class(min_free_gib, p, settings):
     return spare_steps > settings["class_margin_steps"]
 
 
-def identity_error(step, obs, invocation_id):
+def identity_error(step: dict[str, Any], obs: dict[str, Any], invocation_id: str | None) -> str | None:
     """Why the server that answered and held the load is not the start the trial ``step`` made (a revert by the
     host's timer, a restart by anyone), or None; ``invocation_id``: the running server's start (a trial in place)."""
     wanted = ((obs.get("started") or {}).get("invocation_id") if step["restart"] else invocation_id)

@@ -34,8 +34,10 @@ class Tuner(object):
     """The search of one unit, from the decision to tune to the pin. Feed :meth:`advance` the observation of the
     step it returned last (see the module docstring for the steps and :meth:`advance` for the observations)."""
 
-    def __init__(self, host, settings, reason, running_value, boot, fingerprint, fingerprint_hash, start,
-                 lower_bound=None, invocation_id=None, verify=None):
+    def __init__(self, host: str, settings: dict[str, Any], reason: str, running_value: float | None,
+                 boot: dict[str, Any] | None, fingerprint: dict[str, Any] | None, fingerprint_hash: str | None,
+                 start: float, lower_bound: float | None = None, invocation_id: str | None = None,
+                 verify: float | None = None) -> None:
         """``running_value``: the --mem-fraction-static the server runs now (its command line, else the startup
         log's), its last-known-good value; ``boot``: the startup facts of the running server (of the failed start,
         when the last-known-good value no longer starts); ``lower_bound``: the formula's lowest viable value (None:
@@ -51,8 +53,9 @@ class Tuner(object):
         self.fingerprint_hash = fingerprint_hash
         self.boot = boot or {}
         self.lower_bound = lower_bound
-        self.before = {"mem_fraction_static": running_value, "tokens": self.boot.get("max_total_num_tokens"),
-                       "text": None if running_value is None else fraction_text(running_value, settings["resolution"])}
+        self.before: dict[str, Any] = {
+            "mem_fraction_static": running_value, "tokens": self.boot.get("max_total_num_tokens"),
+            "text": None if running_value is None else fraction_text(running_value, settings["resolution"])}
         self.log = TrialLog(host, settings, reason, self.before, fingerprint, fingerprint_hash, start, verify)
         self.lkg = running_value            # the value the host returns to: running at the start, then each commit
         self.invocation_id = invocation_id
@@ -63,27 +66,27 @@ class Tuner(object):
             raise TuneError("%s: kv_tune_safety_gib (%s GiB) is not below the memory left after the weights load (%.2f "
                             "GiB per GPU): no value of --mem-fraction-static can keep that much free. Nothing was "
                             "restarted." % (host, settings["safety_gib"], after_weights))
-        self.verified = None                # per_class: whether the class's value held (None: not tried)
-        self.state = None                   # kv_search's, from the first boot that says P
+        self.verified: bool | None = None   # per_class: whether the class's value held (None: not tried)
+        self.state: Any = None              # kv_search's, from the first boot that says P
         self.restarts = 0
-        self.error = None
-        self.step = None
+        self.error: str | None = None
+        self.step: Any = None
 
     # -- the written form ------------------------------------------------------------------------------------------
 
-    def text(self, value):
+    def text(self, value: float | None) -> str:
         """The value as written everywhere: on the grid with its decimals, an operator's off-grid value as given."""
         return fraction_text(value, self.s["resolution"])
 
     # -- steps -----------------------------------------------------------------------------------------------------
 
-    def first_step(self):
+    def first_step(self) -> dict[str, Any]:
         in_place = (kv_search.same_value(self.start, self.before["mem_fraction_static"] or 0)
                     and self.invocation_id is not None and all(effective_memory(self.boot)))
         return self._go({"do": "trial", "n": 1, "value": self.start, "text": self.text(self.start),
                          "restart": not in_place})
 
-    def advance(self, observation):
+    def advance(self, observation: dict[str, Any]) -> dict[str, Any]:
         """The next step after the observation of the current one:
 
         - trial: ``{"started": kv_trial's result (None in place), "ready": sglang_ready's result, "stress":
@@ -101,13 +104,13 @@ class Tuner(object):
             return self._done()
         raise TuneError("nothing to advance after %r" % (done,))
 
-    def _go(self, step):
+    def _go(self, step: dict[str, Any]) -> dict[str, Any]:
         self.step = step
         if step["do"] in ("trial", "revert") and step.get("restart", True):
             self.restarts += 1
         return step
 
-    def _after_trial(self, obs):
+    def _after_trial(self, obs: dict[str, Any]) -> dict[str, Any]:
         step, boot = self.step, obs.get("boot") or {}
         outcome, why = classify_trial(obs.get("ready") or {}, obs.get("stress"), boot, not_memory_gib(boot, self.boot, self.s["safety_gib"]))
         running = obs.get("running") or {}
@@ -161,7 +164,7 @@ class Tuner(object):
             return self._go({"do": "commit", "value": step["value"], "text": step["text"]})
         return self._next_trial_or_end()
 
-    def _start_search(self, boot):
+    def _start_search(self, boot: dict[str, Any]) -> None:
         p = effective_memory(boot)[0] or effective_memory(self.boot)[0] or boot.get("pre_load_free_gib") \
             or self.boot.get("pre_load_free_gib")
         if not p:
@@ -173,20 +176,20 @@ class Tuner(object):
             safety_gib=self.s["safety_gib"], budget=self.s["budget"],
             guess=guess if guess is not None and guess <= self.s["cap"] else None)
 
-    def _lower_bound(self):
+    def _lower_bound(self) -> float | None:
         # Kept a step below the cap: a formula minimum above the cap still leaves the cap to try.
         if self.lower_bound is None:
             return None
         return min(self.lower_bound, self.s["cap"] - self.s["resolution"])
 
-    def _next_trial_or_end(self):
+    def _next_trial_or_end(self) -> dict[str, Any]:
         value = kv_search.next_trial(self.state)
         if value is None:
             return self._end()
         return self._go({"do": "trial", "n": len(self.trials) + 1, "value": value, "text": self.text(value),
                          "restart": True})
 
-    def _end(self):
+    def _end(self) -> dict[str, Any]:
         """After the last trial: back to the last-known-good value unless the server already runs it."""
         last = self.trials[-1]
         if self.error is None and last["outcome"] == "stable" and (
@@ -199,7 +202,7 @@ class Tuner(object):
         return self._go({"do": "revert", "value": self.lkg, "text": self.text(self.lkg) if self.lkg else None,
                          "why": why})
 
-    def _after_revert(self, obs):
+    def _after_revert(self, obs: dict[str, Any]) -> dict[str, Any]:
         ready, running = obs.get("ready") or {}, obs.get("running") or {}
         if not ready.get("ready"):
             self.error = ("%s did not come back on its last-known-good value %s (%s: %s): the unit is left as it is "
@@ -216,7 +219,7 @@ class Tuner(object):
             return self._go({"do": "pin", "value": self.best, "text": self.text(self.best)})
         return self._done()
 
-    def _done(self):
+    def _done(self) -> dict[str, Any]:
         fatal = [t for t in self.trials if t["outcome"] == "fatal"]
         if self.error is None and fatal:
             self.error = ("%s at %s is not about memory, so no value of --mem-fraction-static fixes it; %s serves %s"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 
@@ -24,7 +25,7 @@ class CommandLineError(checks.InvalidInput):
     """Server arguments or a command that cannot be written; the message names the filter, the flag and the value."""
 
 
-def _scalar(flag, value, where):
+def _scalar(flag: str, value: Any, where: str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -41,7 +42,7 @@ def _scalar(flag, value, where):
                            % (flag, where, type(value).__name__))
 
 
-def cli_args(server_args):
+def cli_args(server_args: Any) -> list[str]:
     """{'tp_size': 8, 'enable_dp_attention': True, 'cuda_graph_bs': [1, 2, 4]} ->
     ['--tp-size', '8', '--enable-dp-attention', '--cuda-graph-bs', '1', '2', '4']."""
     if server_args is None:
@@ -49,7 +50,7 @@ def cli_args(server_args):
     if not isinstance(server_args, dict):
         raise CommandLineError("sglang_cli_args expects a dictionary of server arguments, got %s"
                                % type(server_args).__name__)
-    argv = []
+    argv: list[str] = []
     for key, value in server_args.items():
         if not isinstance(key, str) or not _FLAG_NAME.match(key):
             raise CommandLineError(
@@ -63,7 +64,7 @@ def cli_args(server_args):
         elif isinstance(value, (list, tuple)):
             if not value:
                 continue
-            items = []
+            items: list[str] = []
             for i, item in enumerate(value):
                 if item is None or isinstance(item, (list, tuple)):
                     raise CommandLineError("sglang_cli_args: %s item %d is %r; list items must be strings, numbers, "
@@ -76,7 +77,7 @@ def cli_args(server_args):
     return argv
 
 
-def systemd_quote(word):
+def systemd_quote(word: Any) -> str:
     """One argument for a systemd command line (systemd.service "Command lines", systemd.syntax "Quoting"):
     '%' -> '%%' (specifiers are expanded before unquoting, inside quotes too), '$' -> '$$' (environment
     substitution), and double quotes with C escapes around any word holding whitespace, quotes, backslashes,
@@ -84,7 +85,7 @@ def systemd_quote(word):
     word = str(word).replace("%", "%%").replace("$", "$$")
     if word and not _NEEDS_QUOTES.search(word):
         return word
-    out = []
+    out: list[str] = []
     for ch in word:
         if ch in _C_ESCAPES:
             out.append(_C_ESCAPES[ch])
@@ -95,7 +96,7 @@ def systemd_quote(word):
     return '"' + "".join(out) + '"'
 
 
-def exec_start(value, command=None):
+def exec_start(value: Any, command: Any = None) -> str:
     """A dict of server arguments (rendered with :func:`cli_args`) or an argv list, after `command` (the executable
     and its first arguments), as one string for ExecStart=."""
     if isinstance(value, dict) or value is None:
@@ -105,6 +106,7 @@ def exec_start(value, command=None):
     else:
         raise CommandLineError("sglang_exec_start expects server arguments (a dictionary) or an argv list, got %s"
                                % type(value).__name__)
+    head: list[Any]
     if command is None:
         head = []
     elif isinstance(command, str):

@@ -15,6 +15,7 @@ SGLang's fields (server_args.canonical), so ``tp``, ``tp-size`` and ``tp_size`` 
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable, Sequence
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.unit_files import command_line
@@ -36,7 +37,7 @@ class ServiceUnitsError(checks.InvalidInput):
     """Role variables that make no valid set of units; the message names the variable and the server."""
 
 
-def _dict(label, value):
+def _dict(label: str, value: Any) -> dict[Any, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -44,7 +45,7 @@ def _dict(label, value):
     return value
 
 
-def _no_secrets(label, layer):
+def _no_secrets(label: str, layer: Iterable[Any]) -> None:
     # The unit file is world-readable and the composed units are printed with -v: no secret may reach either.
     for key in layer:
         name = sa.canonical(key)
@@ -56,13 +57,15 @@ def _no_secrets(label, layer):
                 % (label, name, written))
 
 
-def _merge(layers):
+def _merge(layers: Iterable[tuple[str, dict[Any, Any]]]) -> tuple[dict[Any, Any], dict[str, Any], dict[str, str]]:
     """The server args of ``layers`` ((label, dict), later ones win per argument) and, per SGLang field name, the
     key that holds it and the label of the layer that set it. One argument in two spellings would otherwise reach
     the command line twice (dict.update keeps both)."""
-    args, keys, origin = {}, {}, {}
+    args: dict[Any, Any] = {}
+    keys: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     for label, layer in layers:
-        seen = {}
+        seen: dict[str, Any] = {}
         for key, value in layer.items():
             name = sa.canonical(key)
             if name in seen:
@@ -79,12 +82,12 @@ def _merge(layers):
     return args, keys, origin
 
 
-def _fraction(label, value):
+def _fraction(label: str, value: Any) -> float:
     value = checks.parse_number(label, value, float, ServiceUnitsError)
     return checks.fraction(label, value, ServiceUnitsError)
 
 
-def _instances(name, instances):
+def _instances(name: Any, instances: Any) -> list[tuple[str, dict[Any, Any], Any]]:
     """(instance name, instance dict, its variable's label) per server; one unnamed server without instances."""
     if not isinstance(name, str) or not UNIT_NAME.match(name):
         raise ServiceUnitsError("sglang_service_name must be a plain unit name of letters, digits, '_', '.', '-' "
@@ -95,7 +98,8 @@ def _instances(name, instances):
         raise ServiceUnitsError("sglang_service_instances must be a list, got %s" % type(instances).__name__)
     if not instances:
         return [("", {}, None)]
-    out, names = [], set()
+    out: list[tuple[str, dict[Any, Any], Any]] = []
+    names: set[str] = set()
     for i, inst in enumerate(instances):
         label = "sglang_service_instances[%d]" % i
         inst = _dict(label, inst)
@@ -111,20 +115,20 @@ def _instances(name, instances):
     return out
 
 
-def _unit_name(name, inst_name):
+def _unit_name(name: str, inst_name: str) -> str:
     return "%s%s.service" % (name, "@" + inst_name if inst_name else "")
 
 
-def unit_names(instances=None, name="sglang"):
+def unit_names(instances: Sequence[Any] | None = None, name: str = "sglang") -> list[str]:
     """The units the role renders: ``<name>@<instance>.service`` per instance, else ``<name>.service``."""
     return [_unit_name(name, inst_name) for inst_name, _inst, _label in _instances(name, instances)]
 
 
-def _node_rank(unit, value):
+def _node_rank(unit: str, value: Any) -> int:
     return 0 if value is None else checks.parse_number("%s: node_rank" % unit, value, int, ServiceUnitsError)
 
 
-def _port(unit, value):
+def _port(unit: str, value: Any) -> int:
     if value is None:
         return sa.DEFAULT_PORT  # no --port: SGLang's default
     port = checks.parse_number("%s: port" % unit, value, int, ServiceUnitsError)
@@ -133,8 +137,10 @@ def _port(unit, value):
     return port
 
 
-def compose(server_args=None, instances=None, name="sglang", env_dir="/etc/sglang", command=None,
-            mem_fraction_static=None, environment=None, model_path=None, host=None, port=None):
+def compose(server_args: dict[str, Any] | None = None, instances: Sequence[Any] | None = None, name: str = "sglang",
+            env_dir: str = "/etc/sglang", command: Any = None, mem_fraction_static: Any = None,
+            environment: dict[str, Any] | None = None, model_path: str | None = None, host: str | None = None,
+            port: Any = None) -> list[dict[str, Any]]:
     """One dict per server: unit, instance, env_file, server_args (``mem_fraction_static`` set to None: the value
     travels in LLMSERVE_KV_ARGS, which the KV tuner's drop-ins override), mem_fraction_static (a float or None),
     mem_fraction_static_from, kv_args, exec_start, port, url, environment.
@@ -151,7 +157,8 @@ def compose(server_args=None, instances=None, name="sglang", env_dir="/etc/sglan
         mem_fraction_static = _fraction(FROM_VARIABLE, mem_fraction_static)
     base = [("sglang_service_model_path/_host/_port", {"model_path": model_path, "host": host, "port": port}),
             ("sglang_service_server_args", server_args)]
-    units, ports = [], {}
+    units: list[dict[str, Any]] = []
+    ports: dict[int, str] = {}
     for inst_name, inst, label in _instances(name, instances):
         unit = _unit_name(name, inst_name)
         layers = list(base)
@@ -205,7 +212,7 @@ def compose(server_args=None, instances=None, name="sglang", env_dir="/etc/sglan
 _HIDING = ("1", "2", "4", "noaccess", "invisible", "ptraceable")
 
 
-def api_key_exposure(mounts, api_key_set):
+def api_key_exposure(mounts: str | None, api_key_set: Any) -> str:
     """The warning for the operator when the API key (on the server's command line: SGLang reads it from no
     environment variable) can be read by every local user from /proc/<pid>/cmdline, else "". ``mounts`` is the text
     of /proc/self/mounts on the host; the last proc mount on /proc is the one users see."""

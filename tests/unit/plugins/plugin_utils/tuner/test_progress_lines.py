@@ -76,7 +76,8 @@ def test_a_load_measured_in_place_names_the_running_value():
     assert progress.on_call("kv_fingerprint", {}) == "[kv_tune] gpu1: probe"
     progress.on_end("kv_fingerprint", {"mem_fraction_static": 0.91})
     assert progress.on_call("kv_stress", {"duration": 3}) == "[kv_tune] gpu1: under load 0.910"
-    assert [progress_lines.value_text(v) for v in (0.91, 0.8855, 0.9)] == ["0.910", "0.8855", "0.900"]
+    shown = [progress_lines.shown_value(v) for v in (0.91, 0.8855, 0.9, 0.87123)]
+    assert shown == ["0.910", "0.8855", "0.900", "0.8712"]
 
 
 def test_a_first_tune_names_each_phase_for_what_happens():
