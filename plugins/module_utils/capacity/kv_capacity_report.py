@@ -204,7 +204,8 @@ def capacity(shape: Any, mem_fraction_static: Any, pre_load_free_gib: Any, post_
     plus one, hicache_host_gib_per_rank and hicache_host_gib_total (all ranks of the host); it never enlarges the
     GPU pool.
     """
-    p, a, f = check_memory(pre_load_free_gib, post_load_free_gib, mem_fraction_static)
+    p, a, _none = check_memory(pre_load_free_gib, post_load_free_gib)
+    f = checks.fraction("mem_fraction_static", mem_fraction_static, KvModelError)   # required here
     o = CapacityOptions(options)
     model = _PoolModel(shape, p, a, o)
     shape, plan, cell, mm, swa, per_request = model.shape, model.plan, model.cell, model.mm, model.swa, model.per_request

@@ -114,7 +114,7 @@ class SearchStart(Part):
                       "formula from the running server's free memory): not tried; starting from %s"
                       % (ctx.label, value_text(settings["start"], settings["resolution"]), settings["unit"],
                          # the running value may lie off the grid (SGLang's own default): a measurement, not a trial
-                         "%.3f" % lowest, fraction_text(start, settings["resolution"])))
+                         "?" if lowest is None else "%.3f" % lowest, fraction_text(start, settings["resolution"])))
         if source == "sglang_default":
             yield say("%s: %s runs SGLang's default --mem-fraction-static, which neither its command line nor its "
                       "startup log states: starting from %s, inferred for these GPUs and SGLang %s"

@@ -119,7 +119,7 @@ class Progress(object):
                                  " (%s)" % detail if detail else "")
 
 
-def parse_line(text: str) -> dict[str, str | None] | None:
-    """A progress line as {label, phase, value, detail}, or None for any other line."""
+def parse_line(text: str) -> dict[str, Any] | None:
+    """A progress line as {label, phase, value, detail} (value and detail may be None), or None for any other line."""
     found = PROGRESS_LINE.match(text.strip())
     return found.groupdict() if found else None
