@@ -128,7 +128,7 @@ class ActionModule(ActionBase):
                 signal.signal(signum, handler)
 
     def _drive(self, steps: Steps[Any], run: Optional[unit_run.UnitRun] = None) -> Any:
-        """Perform each step of ``steps`` (a kv_tune_run generator) and send back what it gave; its result."""
+        """Perform each step of ``steps`` (a generator of plugin_utils/run/) and send back what it gave; its result."""
         answer = None
         while True:
             try:
