@@ -321,7 +321,7 @@ def test_the_controller_killed_during_a_two_node_trial_reverts_both_nodes_at_onc
         assert wait_for(lambda: proc.poll() is not None or all(_trial_on(host) for host in NODES), 240) \
             and proc.poll() is None, log.read_text()[-4000:]
         if phase == "load":
-            # node 0's progress line as the trial's load begins (kv_progress: "<unit>: under load <value>"); the
+            # node 0's progress line as the trial's load begins (tuner/progress_lines.py: "<unit>: under load <value>"); the
             # run has no load before (no measurement in place: it starts on kv_tune_start)
             assert wait_for(lambda: "under load" in log.read_text(), 360, step=0.2), log.read_text()[-4000:]
         time.sleep(after_s)

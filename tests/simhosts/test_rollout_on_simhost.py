@@ -210,7 +210,7 @@ def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb
         if tuning.poll() is None:
             os.killpg(tuning.pid, signal.SIGTERM)
     assert not locked(CANARY)
-    # While each 25 s load ran, the tuner said where it was, and again 20 s into it (kv_progress, from the action's
+    # While each 25 s load ran, the tuner said where it was, and again 20 s into it (progress_lines, from the action's
     # worker while kv_stress ran on the host).
     log = (tmp_path / "tune" / "controller.log").read_text()
     assert re.search(r"\[kv_tune\] %s: under load [0-9.]+ \(2[0-4]/25 s\)" % re.escape(CANARY), log), log[-5000:]

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmserve.sglang.plugins.filter import kv_tune_class_plan as kv_tune_classes
+from ansible_collections.llmserve.sglang.plugins.filter import kv_tune_class_plan as class_plan_filter
 from ansible_collections.llmserve.sglang.plugins.filter import kv_tune_fleet_plan as kv_tune_fleet
 
 KEY = "A" * 64
@@ -62,5 +62,5 @@ def test_force_must_be_a_boolean():
 
 
 def test_the_class_plan_reads_force_as_ansible_does():
-    assert not kv_tune_classes.kv_tune_class_plan(hostvars(), ["a1", "a3"], force="false")["a1"]["canary"]
-    assert kv_tune_classes.kv_tune_class_plan(hostvars(), ["a1", "a3"], force="true")["a1"]["canary"]
+    assert not class_plan_filter.kv_tune_class_plan(hostvars(), ["a1", "a3"], force="false")["a1"]["canary"]
+    assert class_plan_filter.kv_tune_class_plan(hostvars(), ["a1", "a3"], force="true")["a1"]["canary"]

@@ -1,7 +1,7 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""kv_multinode: which hosts are one server, who leads, and what a trial's observations of every node say."""
+"""fleet/multinode.py: which hosts are one server, who leads, and what a trial's observations of every node say."""
 from __future__ import annotations
 
 import pytest
