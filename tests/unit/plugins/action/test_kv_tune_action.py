@@ -23,25 +23,12 @@ from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.llmserve.sglang.plugins.action import kv_tune as kv_tune_action
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.node_channel import ChannelTimeout
+from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import BOOT, INFO
 
 HERE = Path(__file__).parent
-FIXTURES = HERE.parents[2] / "fixtures"
 CASES = yaml.safe_load((HERE / "test_kv_tune_action.yaml").read_text())
-CONFIG = json.loads((FIXTURES / "configs" / "llama-3.1-70b.json").read_text())
-FP = {"gpu": {"name": "NVIDIA H100 80GB HBM3", "count": 8, "memory_total_mib": 81559},
-      "versions": {"driver": "580.1", "cuda": "13.0", "sglang": "0.5.9"},
-      "model": {"path": "/models/llama-3.1-70b"}, "server_args": {"tp_size": 8}}
-# kv_fingerprint of a unit that runs 0.88 (start I0) and was never tuned: the base every script entry overrides.
-INFO = {"takes_kv_args": True, "lock": None, "stale": [], "running": True, "trial_pending": False,
-        "revert_timers": [], "pin": None, "pin_error": None, "fingerprint": FP, "fingerprint_hash": "H1",
-        "mem_fraction_static": 0.88, "gpu_memory": [], "url": "http://127.0.0.1:30000", "invocation_id": "I0",
-        "checkpoint_bytes": None, "config": CONFIG, "sglang_version": "0.5.9",
-        "server_args": {"tp_size": 8, "mem_fraction_static": 0.88}, "changed": False}
-# sglang_startup_facts of a boot at 0.88: P and A per GPU, the pool.
-BOOT = {"pre_load_free_gib": 78.5, "post_load_free_gib": 13.9, "max_total_num_tokens": 117440,
-        "kv_size_gib": 4.5, "server_args": {"mem_fraction_static": 0.88}}
-
-
+# INFO: kv_fingerprint of a unit that runs 0.88 (start I0) and was never tuned, the base every script entry
+# overrides; BOOT: sglang_startup_facts of a boot at 0.88 (P and A per GPU, the pool). The run's own tests share them.
 # Every case runs with this API key: it may reach the modules that take it (their api_key is no_log) and nothing
 # else - no line, warning, result, other module's arguments or message to the other nodes.
 API_KEY = "sk-sweep-7f3a9c"

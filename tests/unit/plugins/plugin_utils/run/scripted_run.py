@@ -13,6 +13,7 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.unit_run impor
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import with_defaults
 
 CONFIG = json.loads((Path(__file__).resolve().parents[4] / "fixtures" / "configs" / "llama-3.1-70b.json").read_text())
+# kv_fingerprint of a unit that runs 0.88 (start I0) and was never tuned: the base every script entry overrides.
 FP = {"gpu": {"name": "NVIDIA H100 80GB HBM3", "count": 8, "memory_total_mib": 81559},
       "versions": {"driver": "580.1", "cuda": "13.0", "sglang": "0.5.9"},
       "model": {"path": "/models/llama-3.1-70b"}, "server_args": {"tp_size": 8}}

@@ -8,11 +8,7 @@ import pytest
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import class_values
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import run_settings
-
-
-DEFAULT_SETTINGS = {"unit": "sglang.service", "start": None, "cap": 0.98, "resolution": 0.005, "safety_gib": 1.0,
-                    "budget": 6, "min_tokens": None, "force": False, "ready_timeout": 1800, "ready_interval": 5,
-                    "stress_fill_ratio": 0.95, "stress_duration": 120, "confirm_timeout": 2640}
+from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.tuner.tuner_standins import DEFAULT_SETTINGS
 
 
 def probe(key, pinned=None, status="would_tune"):

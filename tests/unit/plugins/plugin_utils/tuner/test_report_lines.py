@@ -5,11 +5,7 @@
 from __future__ import annotations
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import report_lines
-
-
-FP = {"gpu": {"name": "NVIDIA RTX PRO 6000", "count": 8, "memory_total_mib": 97887},
-      "versions": {"driver": "580.1", "cuda": "13.0", "sglang": "0.5.9"}, "model": {"path": "/models/m"},
-      "server_args": {"tp_size": 8}}
+from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.tuner.tuner_standins import FP
 
 
 PIN = {"mem_fraction_static": 0.91, "fingerprint_hash": "H", "fingerprint": FP, "tokens": 202389,

@@ -9,19 +9,7 @@ import pytest
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity import kv_search
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import run_settings
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import start_value
-
-
-DEFAULT_SETTINGS = {"unit": "sglang.service", "start": None, "cap": 0.98, "resolution": 0.005, "safety_gib": 1.0,
-                    "budget": 6, "min_tokens": None, "force": False, "ready_timeout": 1800, "ready_interval": 5,
-                    "stress_fill_ratio": 0.95, "stress_duration": 120, "confirm_timeout": 2640}
-
-
-FP = {"gpu": {"name": "NVIDIA RTX PRO 6000", "count": 8, "memory_total_mib": 97887},
-      "versions": {"driver": "580.1", "cuda": "13.0", "sglang": "0.5.9"}, "model": {"path": "/models/m"},
-      "server_args": {"tp_size": 8}}
-
-
-BOOT = {"pre_load_free_gib": 94.04, "post_load_free_gib": 21.71, "max_total_num_tokens": 159282}
+from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.tuner.tuner_standins import DEFAULT_SETTINGS, FP, BOOT
 
 
 PIN = {"mem_fraction_static": 0.91, "fingerprint_hash": "H", "fingerprint": FP, "tokens": 202389,
