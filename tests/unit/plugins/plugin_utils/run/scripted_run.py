@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.unit_run import UnitRun
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import with_defaults
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import check_settings, with_defaults
 
 CONFIG = json.loads((Path(__file__).resolve().parents[4] / "fixtures" / "configs" / "llama-3.1-70b.json").read_text())
 # kv_fingerprint of a unit that runs 0.88 (start I0) and was never tuned: the base every script entry overrides.
@@ -69,3 +69,10 @@ def unit_run(check_mode=False, **args):
     """The run of sglang.service on gpu1 as run r1, with ``args`` over the defaults."""
     return UnitRun("gpu1", "gpu1", with_defaults(dict(ARGS, **args)), check_mode, "r1", "ctl pid 1",
                    lambda: "2026-12-06T00:00:00Z")
+
+
+def settled_run(check_mode=False, **args):
+    """unit_run's run as its phases find it once steps() has checked its settings: for a phase driven alone."""
+    run = unit_run(check_mode=check_mode, **args)
+    run.state.settings = check_settings(run.ctx.args)
+    return run

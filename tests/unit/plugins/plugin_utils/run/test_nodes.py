@@ -8,9 +8,8 @@ import pytest
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.nodes import Follower, Leader
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import check_settings
 from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import (
-    INFO, PIN, drive, unit_run)
+    INFO, PIN, drive, settled_run, unit_run)
 
 
 def test_node_zero_waits_for_every_node_and_learns_why_they_ask_for_a_tune():
@@ -32,8 +31,7 @@ def test_a_node_that_failed_a_step_fails_the_search():
 
 
 def test_a_node_that_cannot_be_tuned_says_so_to_node_zero_and_stops():
-    run = unit_run()
-    run.state.settings = check_settings(run.ctx.args)
+    run = settled_run()
     run.state.node = {"nnodes": 2, "node_rank": 1}
     with pytest.raises(RunFailed, match="its ExecStart does not end with"):
         drive(Follower(run.ctx, run.state, run.calls).follow(dict(INFO, takes_kv_args=False)), [
@@ -41,8 +39,7 @@ def test_a_node_that_cannot_be_tuned_says_so_to_node_zero_and_stops():
 
 
 def test_a_node_does_node_zeros_steps_until_it_is_done():
-    run = unit_run()
-    run.state.settings = check_settings(run.ctx.args)
+    run = settled_run()
     run.state.node = {"nnodes": 2, "node_rank": 1}
     done = {"do": "done", "leader": "gpu1", "status": "tuned", "value": 0.91, "line": "tuned to 0.910"}
     result, said = drive(Follower(run.ctx, run.state, run.calls).follow(dict(INFO)), [

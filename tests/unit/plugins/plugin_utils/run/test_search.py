@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run import search
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.context import UnitState
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import check_settings
 from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import (
-    INFO, PIN, drive, unit_run)
+    INFO, PIN, drive, settled_run)
 
 
 def test_the_first_trusted_start_is_the_pools_reference_and_a_later_one_off_it_is_untrusted(monkeypatch):
@@ -25,8 +24,7 @@ def test_the_first_trusted_start_is_the_pools_reference_and_a_later_one_off_it_i
 
 
 def test_a_commit_keeps_what_missed_and_a_pin_that_changes_nothing_keeps_its_time():
-    run = unit_run()
-    run.state.settings = check_settings(run.ctx.args)
+    run = settled_run()
     run.state.missed = 0.93
     entry = {"mem_fraction_static": 0.92, "fingerprint_hash": "H1", "tokens": 131000, "time": "now"}
     found, said = drive(run.search._pin_entry(entry, dict(INFO, pin=PIN)), [])

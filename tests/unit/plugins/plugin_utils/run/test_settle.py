@@ -8,20 +8,14 @@ import pytest
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.settle import SETTLE_STEPS
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import check_settings
-from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import INFO, drive, unit_run
+from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import (
+    INFO, drive, settled_run, unit_run)
 
 PENDING = dict(INFO, trial_pending=True)
 
 
-def settle_part():
-    run = unit_run()
-    run.state.settings = check_settings(run.ctx.args)
-    return run
-
-
 def test_a_pending_trial_is_reverted_and_the_unit_asked_again():
-    run = settle_part()
+    run = settled_run()
     (info, plan, safe), said = drive(run.settle.settle(PENDING, None), [
         ("kv_trial locked", {}), ("kv_trial reverted", {"changed": True, "invocation_id": "I1"}),
         ("sglang_ready", {"ready": True}), ("kv_fingerprint", {"invocation_id": "I1"})])
@@ -39,7 +33,7 @@ def test_a_unit_that_does_not_settle_is_not_searched():
 
 
 def test_a_revert_that_does_not_start_is_read_from_that_start():
-    run = settle_part()
+    run = settled_run()
     ready = {"ready": False, "reason": "unit_failed", "detail": "exited"}
     (_info, _plan, safe), said = drive(run.settle.settle(PENDING, None), [
         ("kv_trial locked", {}), ("kv_trial reverted", {"invocation_id": "I1"}), ("sglang_ready", ready),
@@ -49,7 +43,7 @@ def test_a_revert_that_does_not_start_is_read_from_that_start():
 
 
 def test_a_start_that_failed_for_another_reason_leaves_the_unit_as_it_is():
-    run = settle_part()
+    run = settled_run()
     ready = {"ready": False, "reason": "unit_failed", "detail": "exited"}
     with pytest.raises(RunFailed, match=r"does not start on its last-known-good value 0.88 \(nccl_error: NCCL"):
         drive(run.settle.after_a_failed_start(INFO, ready, "I1"), [

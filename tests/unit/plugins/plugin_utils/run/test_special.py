@@ -7,15 +7,12 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import check_settings
 from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import (
-    INFO, PIN, drive, unit_run)
+    INFO, PIN, drive, settled_run)
 
 
 def special(check_mode=False):
-    run = unit_run(check_mode=check_mode, reset=True)
-    run.state.settings = check_settings(run.ctx.args)
-    return run.special
+    return settled_run(check_mode=check_mode, reset=True).special
 
 
 def test_a_reset_in_check_mode_says_what_it_would_forget():

@@ -7,21 +7,14 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import check_settings
 from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import (
-    INFO, PIN, drive, unit_run)
+    INFO, PIN, drive, settled_run)
 
 TUNE = {"do": "tune", "why": "never tuned", "dry_run": False}
 
 
-def start_part():
-    run = unit_run()
-    run.state.settings = check_settings(run.ctx.args)
-    return run
-
-
 def test_a_value_that_missed_under_real_traffic_is_never_searched_again():
-    run = start_part()
+    run = settled_run()
     pin = dict(PIN, fingerprint_hash="H1", missed=0.93)
     _none, said = drive(run.start.limits(dict(INFO, pin=pin), dict(TUNE, why="SGLang upgraded"), None, None), [])
     assert run.state.missed == 0.93 and run.state.settings["cap"] == 0.925
@@ -30,13 +23,13 @@ def test_a_value_that_missed_under_real_traffic_is_never_searched_again():
 
 
 def test_no_limit_without_a_miss():
-    run = start_part()
+    run = settled_run()
     _none, said = drive(run.start.limits(dict(INFO), TUNE, None, None), [])
     assert run.state.missed is None and run.state.settings["cap"] == 0.98 and said == []
 
 
 def test_a_running_server_that_does_not_serve_is_not_tuned():
-    run = start_part()
+    run = settled_run()
     with pytest.raises(RunFailed, match=r"must serve its last-known-good value before it is tuned \(timeout: slow\)"):
         drive(run.start.tuner(dict(INFO), None, None, TUNE), [
             ("sglang_ready", {"ready": False, "reason": "timeout", "detail": "slow"})])

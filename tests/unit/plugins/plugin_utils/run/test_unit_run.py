@@ -1,9 +1,9 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""run/unit_run.py: the run's generators driven directly, without the action: a tiny interpreter (scripted_run.drive)
-answers each step from a script, the way plugins/action/kv_tune.py performs them (tests/unit/plugins/action/ drives the same run through the
-action against a scripted host, one case per path)."""
+"""run/unit_run.py: the run's generators driven directly, without the action: a tiny interpreter
+(scripted_run.drive) answers each step from a script, the way plugins/action/kv_tune.py performs them
+(tests/unit/plugins/action/ drives the same run through the action against a scripted host, one case per path)."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +11,8 @@ import pytest
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.unit_run import UnitRun
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.run_settings import with_defaults
-from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import ARGS, PIN, drive, unit_run
+from ansible_collections.llmserve.sglang.tests.unit.plugins.plugin_utils.run.scripted_run import (
+    ARGS, PIN, drive, unit_run)
 
 
 def test_a_pin_that_holds_is_reported_after_one_look():
