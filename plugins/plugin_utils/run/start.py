@@ -13,6 +13,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_search
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units import unit_outcome
 from ansible_collections.llmserve.sglang.plugins.module_utils.watch import kv_watch
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import multinode
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.calls import UnitCalls
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.context import Info, Part, UnitContext, UnitState
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.search import judge_pool
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.settle import Plan, Safe, Settle
@@ -29,7 +30,7 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.tuner import
 class SearchStart(Part):
     """The search's limits, model and starting point."""
 
-    def __init__(self, ctx: UnitContext, state: UnitState, calls: Any, settle: Settle) -> None:
+    def __init__(self, ctx: UnitContext, state: UnitState, calls: UnitCalls, settle: Settle) -> None:
         super(SearchStart, self).__init__(ctx, state, calls)
         self.settle = settle
 
