@@ -6,13 +6,13 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: rollout_summary
-short_description: The fleet summary of a rollout, one row per host, written to rollout_summary.json on the controller
+short_description: The fleet summary of a rollout, one row per server, written to rollout_summary.json on the controller
 version_added: 1.0.0
 author:
   - llmserve.sglang contributors (@llmserve)
 description:
   - An action plugin that runs on the controller. It reads the outcome each host of O(hosts) recorded in the rollout
-    role (as O(result_var)) and prints one line per host.
+    role (as O(result_var)) and prints one line per server (a host's, or each of its servers where it has several).
   - It writes the rows to C(rollout_summary.json) in O(report_dir), and changes nothing when the file already holds
     them.
   - A host without an outcome is named as not started when it has not had its turn (it is in O(pending), or in a
@@ -68,16 +68,18 @@ EXAMPLES = r"""
 
 RETURN = r"""
 rows:
-  description: One row per host, in host order, with C(host), C(status) (V(upgraded), V(unchanged), V(rolled_back),
-    V(rollback_failed), V(not_upgraded), V(undrain_failed), V(not_started), V(unknown)) and C(line), and where known
-    C(phase), C(before), C(after) (SGLang and driver versions, model path), C(retune) and C(error).
+  description: One row per server, in host order, with C(host), C(server) (the host, or V(host/sglang@a) where it has
+    several), C(status) (V(upgraded), V(retuned), V(unchanged), V(rolled_back), V(rollback_failed), V(not_upgraded),
+    V(undrain_failed), V(not_serving), V(not_started), V(unknown)) and C(line), and where known C(unit), C(phase),
+    C(before), C(after) (SGLang and driver versions, model path), C(pin_before), C(pin_after) (value and verified
+    pool tokens), C(retune), C(cause) (why a failure was or was not a lack of memory) and C(error).
   returned: always
   type: list
   elements: dict
 stats:
   description:
     - What the rollout hands on to the next job (as O(stats_name)), with C(hosts) (the rows), C(counts) (rows per
-      status), C(failed) (the hosts not left upgraded or unchanged) and C(report_dir).
+      status), C(failed) (the hosts with a server not left upgraded, re-tuned or unchanged) and C(report_dir).
   returned: always
   type: dict
   sample: {"hosts": [], "counts": {"upgraded": 4}, "failed": [], "report_dir": "/runner/artifacts/1/rollout_reports"}

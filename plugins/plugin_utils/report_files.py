@@ -110,12 +110,12 @@ def write_files(files: Iterable[tuple[str, str]], check_mode: bool = False) -> l
 def workflow_stats(rows: list[dict[str, Any]], report_dir: str, failed: Callable[[dict[str, Any]], Any],
                    **more: Any) -> dict[str, Any]:
     """What a run hands on to what runs next (set_stats: ansible-runner's artifact_data, the variables of an AWX
-    workflow's next job): each host's row as in the summary file, the number of rows of each status, the hosts
-    ``failed`` says failed, where the reports are, and ``more``."""
+    workflow's next job): each row as in the summary file (a host's, or a server's), the number of rows of each
+    status, the hosts ``failed`` says failed (each once), where the reports are, and ``more``."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
-    return dict(more, hosts=rows, counts=counts, failed=[row["host"] for row in rows if failed(row)],
+    return dict(more, hosts=rows, counts=counts, failed=list(dict.fromkeys(row["host"] for row in rows if failed(row))),
                 report_dir=report_dir)
 
 

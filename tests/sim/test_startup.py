@@ -162,3 +162,24 @@ def test_faults_from_a_value_up_spare_the_lower_values(make_sim):
     high = sim.start(simlib.launch_args("field", mem_fraction_static=0.9))
     assert not high.wait_ready(3)
     assert high.wait_exit(0.1) is None  # still hanging, not dead
+
+
+def test_a_release_that_needs_more_memory_fails_a_pin_verified_on_the_one_before(make_sim):
+    """memory_for_sglang_versions: 0.5.10 reserves 6 GiB more for its CUDA graphs, so the largest value that starts
+    on 0.5.9 runs out of memory in 0.5.10's graph capture (what a rollout must re-tune, not roll back), and a lower
+    value starts there."""
+    more = {"memory_for_sglang_versions": {"0.5.10": {"graph_mib_base": 6144}}}
+    old = make_sim("field", sglang_version="0.5.9", **more)
+    highest = simlib.oracle(old, simlib.launch_args("field"), 1.0)["max_start_mem_fraction_static"]
+    server = old.start(simlib.launch_args("field", mem_fraction_static=highest))
+    assert server.wait_ready(), server.log
+    server.stop()
+    new = make_sim("field", sglang_version="0.5.10", **more)
+    server = new.start(simlib.launch_args("field", mem_fraction_static=highest))
+    assert server.wait_exit(30) not in (None, 0)
+    facts = parse_startup_log(server.log)
+    assert facts["failure"]["kind"] == "capture_oom", facts["failure"]
+    lower = simlib.oracle(new, simlib.launch_args("field"), 1.0)["max_start_mem_fraction_static"]
+    assert lower < highest - 0.02
+    server = new.start(simlib.launch_args("field", mem_fraction_static=lower))
+    assert server.wait_ready(), server.log

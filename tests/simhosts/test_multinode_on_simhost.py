@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhost_lib import (HOST_JSON, PIN_DROPIN, SAFETY_GIB, TRIAL_DROPIN, ansible, ansible_journal, controller,
-                         deployed, fact, invocation, running_fraction, server_argv, set_faults, ssh, trial_left, tune,
-                         wait_for, write_host_vars)
+from simhost_lib import (HOST_JSON, PIN_DROPIN, REPO, SAFETY_GIB, TRIAL_DROPIN, ansible, ansible_journal, controller,
+                         deployed, fact, generates, invocation, play, running_fraction, server_argv, set_faults, ssh,
+                         trial_left, tune, wait_for, write_host_vars)
 
 PREFIX = "simnodes"
 NODES = [f"{PREFIX}1", f"{PREFIX}2"]
@@ -384,3 +384,54 @@ def test_the_controller_stopped_past_the_confirm_timeout_pins_neither_node(serve
         assert _runs(host, value), host
     measured("two-node trial, ansible-playbook stopped past the confirm timeout (20 s): both nodes back on their pin "
              "%.0f s after the stop, by their own timers; the resumed run failed and pinned nothing" % seconds)
+
+
+def _installed(host: str) -> str:
+    return ssh(host, "ls -d /opt/sglang/venv/lib/python3*/site-packages/sglang-*.dist-info").strip() \
+        .rsplit("sglang-", 1)[1].removesuffix(".dist-info")
+
+
+def _rollout(server: Path, reports: Path, **extravars):
+    return play(server, playbook=REPO / "playbooks" / "rollout.yml",
+                extravars={"rollout_report_dir": str(reports), "kv_tune_report_dir": str(reports / "kv_tune"),
+                           "sglang_version": "0.5.10", **extravars})
+
+
+def _rows(reports: Path) -> dict:
+    return {row["server"]: row for row in json.loads((reports / "rollout_summary.json").read_text())}
+
+
+def test_a_release_that_crashes_on_node_1_rolls_both_nodes_back_together(server, tmp_path):
+    """issue 35, item 1: the two nodes are one batch (the canary is the whole server); node 1 crashes on 0.5.10 and
+    node 0 loses it, which is not a lack of memory: both nodes go back to 0.5.9 and their pins, restarted together,
+    and the server serves again."""
+    pinned = {host: fact(host) for host in NODES}
+    set_faults(NODES[1], gpu_occupied_mib={"3": 4096}, crash_at_startup=True, for_sglang_versions=["0.5.10"])
+    try:
+        run = _rollout(server, tmp_path)
+    finally:
+        set_faults(NODES[1], gpu_occupied_mib={"3": 4096})
+    assert run.status == "failed", run.stdout[-8000:]
+    rows = _rows(tmp_path)
+    for host in NODES:
+        assert (rows[host]["status"], rows[host]["phase"]) == ("rolled_back", "upgrade"), rows[host]
+        assert rows[host]["cause"].startswith("not a lack of memory ("), rows[host]["cause"]
+        assert _installed(host) == "0.5.9" and fact(host) == pinned[host], host
+        assert running_fraction(host) == pytest.approx(pinned[host]["mem_fraction_static"])
+    assert "crash" in rows[NODES[0]]["cause"]
+    assert generates(NODES[0], timeout=120)
+
+
+def test_a_rollout_upgrades_both_nodes_together_and_re_tunes_the_server_as_one(server, tmp_path):
+    run = _rollout(server, tmp_path)
+    assert run.status == "successful", run.stdout[-8000:]
+    rows = _rows(tmp_path)
+    for host in NODES:
+        assert rows[host]["status"] == "upgraded" and rows[host]["retune"] == "tuned", rows[host]
+        assert (rows[host]["before"]["sglang"], rows[host]["after"]["sglang"]) == ("0.5.9", "0.5.10")
+        assert _installed(host) == "0.5.10" and fact(host)["fingerprint"]["versions"]["sglang"] == "0.5.10"
+    # one value on both nodes, pinned and running
+    assert fact(NODES[0])["mem_fraction_static"] == fact(NODES[1])["mem_fraction_static"]
+    assert running_fraction(NODES[0]) == running_fraction(NODES[1])
+    assert "node 1 of the server led by %s" % NODES[0] in run.stdout
+    assert generates(NODES[0], timeout=120)

@@ -1,12 +1,21 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""playbooks/rollout.yml on two simulated hosts (prefix simroll), the canary and one more, deployed by site.yml at
-SGLang 0.5.9 and tuned, upgraded to 0.5.10 with -e sglang_version=0.5.10: first with a release that crashes at
-startup on the canary (the simulator's crash_at_startup fault, for servers of 0.5.10 only), then without it.
+"""playbooks/rollout.yml on two simulated hosts (prefix simroll), deployed by site.yml at SGLang 0.5.9 and tuned, then
+upgraded to 0.5.10 with -e sglang_version=0.5.10:
+
+- simroll1, the canary: two servers (sglang@a on GPUs 0-3, sglang@b on GPUs 4-7, Llama-3.1-70B at TP4 each), which
+  the rollout upgrades, gates, re-tunes and rolls back together;
+- simroll2: the field case, one server.
+
+First a release that crashes at startup on the canary (the simulator's crash_at_startup fault, for servers of 0.5.10
+only): not a lack of memory, so both its servers are rolled back. Then a re-tune that pins and then fails: both pins
+go back with the release. Then the whole rollout, where 0.5.10 reserves 6 GiB more for its CUDA graphs on the
+canary (the simulator's memory_for_sglang_versions), so both servers' pins run out of memory in the graph capture:
+re-tuned for the new release, kept. A second run changes nothing.
 
 A fake load balancer on the controller (an HTTP server in this process) records the example drain/undrain hooks'
-calls. The tests run in file order and build on each other's state. One runs a rollout and a tune of the canary's
+calls. The tests run in file order and build on each other's state. One runs a rollout and a tune of the field host's
 unit at once, each way round: whichever came first holds the tuner's lock, and the other stops. The last one has a
 drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts the host back.
 """
@@ -22,17 +31,29 @@ from pathlib import Path
 
 import pytest
 
-from simhost_lib import (FACT_FILE, PIN_DROPIN, REPO, TRIAL_DROPIN, ansible_journal, controller, deployed, invocation,
-                         play, server_argv, set_faults, ssh, tune, wait_for, write_host_vars)
+from simhost_lib import (FACT_FILE, REPO, ansible_journal, controller, deployed, invocation, play, running_fraction,
+                         server_argv, set_faults, ssh, tune, wait_for, write_host_vars)
 
 PREFIX = "simroll"
-PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b"}
-CANARY = f"{PREFIX}1"
+CANARY, FIELD = f"{PREFIX}1", f"{PREFIX}2"
+PROFILES = {CANARY: "h100-llama70b", FIELD: "field"}
+# Each host's servers and their ports.
+SERVERS = {CANARY: {"sglang@a.service": 30001, "sglang@b.service": 30002}, FIELD: {"sglang.service": 30000}}
 HOOKS = REPO / "playbooks" / "rollout_hooks"
 LOCK = "/run/llmserve/kv-tune-sglang.service.lock"
 # The servers' API key (a vault variable in a real inventory): the rollout's gate, drain, upgrade, health check and
 # re-tune use it, and it may reach the servers and nothing the rollout writes or logs.
 API_KEY = "FAKE-simroll-api-key-not-a-real-secret"
+HOST_VARS = {
+    CANARY: {"sglang_service_api_key": API_KEY,
+             "sglang_service_server_args": {"served_model_name": "llama-3.1-70b-instruct", "tp_size": 4},
+             "sglang_service_instances": [{"name": "a", "server_args": {"port": 30001, "base_gpu_id": 0}},
+                                          {"name": "b", "server_args": {"port": 30002, "base_gpu_id": 4}}]},
+    FIELD: {"sglang_service_api_key": API_KEY},
+}
+# 0.5.10 on the canary: about 6 GiB more for its CUDA graphs than 0.5.9 (a release whose graph reserve grew): the
+# largest value that starts drops from 0.976 to 0.902 (the simulator's oracle), under the pins tuned on 0.5.9.
+LARGER_GRAPHS = {"0.5.10": {"graph_mib_base": 6144}}
 
 
 class LoadBalancer(ThreadingHTTPServer):
@@ -56,10 +77,8 @@ class LoadBalancer(ThreadingHTTPServer):
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    def with_key(inventory):
-        write_host_vars(inventory, {host: {"sglang_service_api_key": API_KEY} for host in PROFILES})
-
-    with deployed(tmp_path_factory.mktemp("simroll"), PREFIX, list(PROFILES.values()), prepare=with_key) as inventory:
+    with deployed(tmp_path_factory.mktemp("simroll"), PREFIX, list(PROFILES.values()),
+                  prepare=lambda inventory: write_host_vars(inventory, HOST_VARS)) as inventory:
         tuned = tune(inventory, tmp_path_factory.mktemp("simroll-tune"), serial="100%")
         assert tuned.status == "successful", tuned.stdout[-5000:]
         yield inventory
@@ -90,68 +109,90 @@ def installed(host: str) -> str:
         .rsplit("sglang-", 1)[1].removesuffix(".dist-info")
 
 
-def served(host: str) -> str:
-    """The version the running server reports, after a real generation (both asked with the API key)."""
-    out = ssh(host, "python3 -c \"import json, urllib.request; "
-                    f"auth = {{'Authorization': 'Bearer {API_KEY}'}}; "
-                    "r = urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:30000/generate', "
-                    "data=json.dumps({'text': 'Hi', 'sampling_params': {'max_new_tokens': 1}}).encode(), "
-                    "headers=dict(auth, **{'Content-Type': 'application/json'})), timeout=30); assert r.status == 200; "
-                    "print(json.load(urllib.request.urlopen(urllib.request.Request("
-                    "'http://127.0.0.1:30000/get_server_info', headers=auth)))['version'])\"")
-    return out.strip()
+def served(host: str) -> set:
+    """The versions the host's running servers report, after a real generation from each (both asked with the API
+    key)."""
+    found = set()
+    for port in SERVERS[host].values():
+        out = ssh(host, "python3 -c \"import json, urllib.request; "
+                        f"auth = {{'Authorization': 'Bearer {API_KEY}'}}; base = 'http://127.0.0.1:{port}'; "
+                        "r = urllib.request.urlopen(urllib.request.Request(base + '/generate', "
+                        "data=json.dumps({'text': 'Hi', 'sampling_params': {'max_new_tokens': 1}}).encode(), "
+                        "headers=dict(auth, **{'Content-Type': 'application/json'})), timeout=30); "
+                        "assert r.status == 200; print(json.load(urllib.request.urlopen(urllib.request.Request("
+                        "base + '/get_server_info', headers=auth)))['version'])\"")
+        found.add(out.strip())
+    return found
+
+
+def starts(host: str) -> dict:
+    """Each server's current start (systemd's InvocationID)."""
+    return {unit: invocation(host, unit) for unit in SERVERS[host]}
+
+
+def pins(host: str) -> str:
+    """The host's fact file and each server's pin drop-in."""
+    return ssh(host, "cat %s %s" % (FACT_FILE, " ".join(
+        "/etc/systemd/system/%s.d/50-kv-tune.conf" % unit for unit in SERVERS[host])))
 
 
 def summary(reports: Path) -> dict:
-    return {row["host"]: row for row in json.loads((reports / "rollout_summary.json").read_text())}
+    """rollout_summary.json's rows by server (the host, or host/unit where it has several)."""
+    return {row["server"]: row for row in json.loads((reports / "rollout_summary.json").read_text())}
 
 
-def test_a_release_that_crashes_on_the_canary_stops_the_rollout(fleet, tmp_path, lb):
-    started = {host: invocation(host) for host in PROFILES}
+def canary_rows(rows: dict) -> list:
+    return [rows[f"{CANARY}/{unit.removesuffix('.service')}"] for unit in SERVERS[CANARY]]
+
+
+def test_a_release_that_crashes_on_the_canary_rolls_its_servers_back_together(fleet, tmp_path, lb):
+    """Not a lack of memory: both servers of the canary go back to 0.5.9 with the release, each named."""
+    started = starts(FIELD)
     set_faults(CANARY, crash_at_startup=True, for_sglang_versions=["0.5.10"])
     try:
         run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10")
     finally:
         set_faults(CANARY)
     assert run.status == "failed", run.stdout[-8000:]
-    # The others: untouched and serving 0.5.9, never drained.
-    for host in PROFILES:
-        if host != CANARY:
-            assert invocation(host) == started[host], host
-            assert installed(host) == "0.5.9" and served(host) == "0.5.9", host
-    assert all(call[0] == CANARY for call in lb.calls), lb.calls
-    # The canary: back on 0.5.9, serving, back in the load balancer, named in the summary and in its failure.
-    assert installed(CANARY) == "0.5.9" and served(CANARY) == "0.5.9"
+    # The other host: untouched and serving 0.5.9, never drained.
+    assert starts(FIELD) == started and installed(FIELD) == "0.5.9" and served(FIELD) == {"0.5.9"}
+    # The canary: both servers back on 0.5.9, serving, back in the load balancer, named in the summary.
+    assert installed(CANARY) == "0.5.9" and served(CANARY) == {"0.5.9"}
     assert lb.calls == [(CANARY, "drain"), (CANARY, "undrain")], run.stdout[-8000:]
     rows = summary(tmp_path)
-    assert rows[CANARY]["status"] == "rolled_back" and rows[CANARY]["phase"] == "upgrade", rows[CANARY]
-    assert rows[CANARY]["after"]["sglang"] == "0.5.9"
-    assert {rows[host]["status"] for host in PROFILES if host != CANARY} == {"not_started"}
+    for row in canary_rows(rows):
+        assert (row["status"], row["phase"], row["after"]["sglang"]) == ("rolled_back", "upgrade", "0.5.9"), row
+        assert row["cause"].startswith("not a lack of memory (sglang@a.service: crash: "), row["cause"]
+    assert rows[FIELD]["status"] == "not_started"
     assert "the upgrade (nvidia_driver, sglang, sglang_service) failed" in run.stdout
     assert "back on SGLang 0.5.9" in run.stdout
 
 
-def test_a_retune_that_pinned_then_failed_rolls_the_pin_back_with_the_release(fleet, tmp_path, lb):
-    """Issue 32, item 1: the re-tune on 0.5.10 commits its pin, then the kv_tune role fails (its host_vars directory
-    cannot be written): the roll-back to 0.5.9 puts back 0.5.9's own pin with the release, so the server runs the
-    value verified on the release it runs (before: 0.5.10's pin stayed, on 0.5.9)."""
-    pin_before = ssh(CANARY, f"cat {FACT_FILE} {PIN_DROPIN}")
-    value_before = server_argv(CANARY)[server_argv(CANARY).index("--mem-fraction-static") + 1]
+def test_a_retune_that_pinned_then_failed_rolls_the_pins_back_with_the_release(fleet, tmp_path, lb):
+    """Issue 32, item 1, on both servers: the re-tune on 0.5.10 commits their pins, then the kv_tune role fails (its
+    host_vars directory cannot be written): the roll-back to 0.5.9 puts back each server's own 0.5.9 pin with the
+    release, so each runs the value verified on the release it runs."""
+    pins_before = pins(CANARY)
+    values_before = {unit: running_fraction(CANARY, unit) for unit in SERVERS[CANARY]}
     run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10", rollout_hosts=CANARY,
                   kv_tune_host_vars_dir="/proc/llmserve-cannot-write-here")
     assert run.status == "failed", run.stdout[-8000:]
-    row = summary(tmp_path)[CANARY]
-    assert (row["status"], row["phase"], row["retune"]) == ("rolled_back", "retune", "tuned"), row
-    tuned = json.loads((tmp_path / "kv_tune" / f"{CANARY}.json").read_text())
+    for row in canary_rows(summary(tmp_path)):
+        assert (row["status"], row["phase"], row["retune"]) == ("rolled_back", "retune", "tuned"), row
+    tuned = json.loads((tmp_path / "kv_tune" / f"{CANARY}_sglang@a.json").read_text())
     assert tuned["fingerprint"]["versions"]["sglang"] == "0.5.10", tuned["fingerprint"]   # it did pin on 0.5.10
-    assert installed(CANARY) == "0.5.9" and served(CANARY) == "0.5.9"
-    assert ssh(CANARY, f"cat {FACT_FILE} {PIN_DROPIN}") == pin_before
-    argv = server_argv(CANARY)
-    assert argv[argv.index("--mem-fraction-static") + 1] == value_before
+    assert installed(CANARY) == "0.5.9" and served(CANARY) == {"0.5.9"}
+    assert pins(CANARY) == pins_before
+    assert {unit: running_fraction(CANARY, unit) for unit in SERVERS[CANARY]} == values_before
     assert "rolled back: back on SGLang 0.5.9" in run.stdout and lb.calls == [(CANARY, "drain"), (CANARY, "undrain")]
 
 
 def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
+    """The canary's 0.5.10 needs 6 GiB more for its graphs: both old pins run out of memory in the capture, and the
+    rollout re-tunes both servers for 0.5.10 instead of rolling back (issue 35, item 2). The field host upgrades and
+    re-tunes as usual."""
+    values_before = {unit: running_fraction(CANARY, unit) for unit in SERVERS[CANARY]}
+    set_faults(CANARY, _memory_for_sglang_versions=LARGER_GRAPHS)
     run = rollout(fleet, tmp_path, lb, cmdline="-vvv", sglang_version="0.5.10")
     assert run.status == "successful", run.stdout[-8000:]
     # The secrets sweep: the servers run with the key, which is in no line of the -vvv run, no report, no fact, no
@@ -159,31 +200,40 @@ def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
     assert API_KEY not in run.stdout
     for path in tmp_path.rglob("*"):
         assert not path.is_file() or API_KEY not in path.read_text(errors="replace"), path
-    for host in PROFILES:
-        assert API_KEY in " ".join(server_argv(host)), host
-        kept = ssh(host, f"cat /etc/ansible/facts.d/sglang_kv.fact {PIN_DROPIN} {TRIAL_DROPIN} 2>/dev/null; "
-                         "true") + ansible_journal(host)
+    for host, servers in SERVERS.items():
+        for unit in servers:
+            assert API_KEY in " ".join(server_argv(host, unit)), (host, unit)
+        kept = ssh(host, "cat /etc/ansible/facts.d/sglang_kv.fact /etc/systemd/system/*.d/50-kv-tune.conf "
+                         "/run/systemd/system/*.d/90-kv-trial.conf 2>/dev/null; true") + ansible_journal(host)
         assert "Invoked with" in kept and API_KEY not in kept, host
     rows = summary(tmp_path)
-    for host in PROFILES:
-        assert installed(host) == "0.5.10" and served(host) == "0.5.10", host
-        assert rows[host]["status"] == "upgraded", rows[host]
-        assert (rows[host]["before"]["sglang"], rows[host]["after"]["sglang"]) == ("0.5.9", "0.5.10")
-        tuned = json.loads((tmp_path / "kv_tune" / f"{host}.json").read_text())
-        assert "versions.sglang" in tuned["why"], tuned["why"]
-        assert rows[host]["retune"] == "tuned"
+    for host in SERVERS:
+        assert installed(host) == "0.5.10" and served(host) == {"0.5.10"}, host
         # drained before the upgrade, back in after it, one host at a time (canary, then the batches)
         assert lb.calls.count((host, "drain")) == 1 and lb.calls.count((host, "undrain")) == 1
         assert lb.calls.index((host, "drain")) < lb.calls.index((host, "undrain"))
     assert lb.calls[:2] == [(CANARY, "drain"), (CANARY, "undrain")]
+    for row in canary_rows(rows):
+        unit = row["unit"]
+        assert (row["status"], row["phase"], row["retune"]) == ("retuned", "upgrade", "tuned"), row
+        assert (row["before"]["sglang"], row["after"]["sglang"]) == ("0.5.9", "0.5.10")
+        assert "a lack of memory on the old pin (" in row["cause"] and "capture_oom" in row["cause"], row["cause"]
+        assert float(row["pin_before"]["value"]) == values_before[unit]
+        assert float(row["pin_after"]["value"]) == running_fraction(CANARY, unit) < values_before[unit], row
+        assert row["pin_after"]["tokens"] and row["pin_before"]["tokens"], row
+        assert "re-tuned for the new release, pin %s (" % row["pin_before"]["value"] in row["line"], row["line"]
+    assert rows[FIELD]["status"] == "upgraded" and rows[FIELD]["retune"] == "tuned", rows[FIELD]
+    assert (rows[FIELD]["before"]["sglang"], rows[FIELD]["after"]["sglang"]) == ("0.5.9", "0.5.10")
+    tuned = json.loads((tmp_path / "kv_tune" / f"{FIELD}.json").read_text())
+    assert "versions.sglang" in tuned["why"], tuned["why"]
 
 
 def test_a_second_rollout_changes_nothing(fleet, tmp_path, lb):
-    started = {host: invocation(host) for host in PROFILES}
+    started = {host: starts(host) for host in SERVERS}
     run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10", rollout_drain_tasks="", rollout_undrain_tasks="")
     assert run.status == "successful", run.stdout[-8000:]
-    assert sum(run.stats.get("changed", {}).get(host, 0) for host in PROFILES) == 0, run.stats
-    assert {host: invocation(host) for host in PROFILES} == started
+    assert sum(run.stats.get("changed", {}).get(host, 0) for host in SERVERS) == 0, run.stats
+    assert {host: starts(host) for host in SERVERS} == started
     assert {row["status"] for row in summary(tmp_path).values()} == {"unchanged"}
 
 
@@ -192,49 +242,49 @@ def locked(host: str) -> bool:
 
 
 def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb):
-    # A search of the canary in progress (forced; the load at the running value and one trial's, 25 s each, hold
+    # A search of the field host in progress (forced; the load at the running value and one trial's, 25 s each, hold
     # the lock long enough for the rollout to reach it): the rollout leaves that host as it is.
     (tmp_path / "tune").mkdir()
-    tuning = controller(fleet, tmp_path / "tune", kv_tune_hosts=CANARY, kv_tune_force=True, kv_tune_budget=1,
+    tuning = controller(fleet, tmp_path / "tune", kv_tune_hosts=FIELD, kv_tune_force=True, kv_tune_budget=1,
                         kv_tune_stress_duration=25)
     try:
-        assert wait_for(lambda: locked(CANARY), 180), (tmp_path / "tune" / "controller.log").read_text()[-5000:]
-        run = rollout(fleet, tmp_path / "during-tune", lb, sglang_version="0.5.10", rollout_hosts=CANARY)
+        assert wait_for(lambda: locked(FIELD), 180), (tmp_path / "tune" / "controller.log").read_text()[-5000:]
+        run = rollout(fleet, tmp_path / "during-tune", lb, sglang_version="0.5.10", rollout_hosts=FIELD)
         assert run.status == "failed", run.stdout[-8000:]
         assert lb.calls == [], lb.calls   # never drained
-        row = summary(tmp_path / "during-tune")[CANARY]
+        row = summary(tmp_path / "during-tune")[FIELD]
         assert (row["status"], row["phase"]) == ("not_upgraded", "lock"), row
         assert "is held by run" in run.stdout and "nothing was changed: another run holds the unit" in run.stdout
         assert tuning.wait(900) == 0, (tmp_path / "tune" / "controller.log").read_text()[-5000:]
     finally:
         if tuning.poll() is None:
             os.killpg(tuning.pid, signal.SIGTERM)
-    assert not locked(CANARY)
+    assert not locked(FIELD)
     # While each 25 s load ran, the tuner said where it was, and again 20 s into it (progress_lines, from the action's
     # worker while kv_stress ran on the host).
     log = (tmp_path / "tune" / "controller.log").read_text()
-    assert re.search(r"\[kv_tune\] %s: under load [0-9.]+ \(2[0-4]/25 s\)" % re.escape(CANARY), log), log[-5000:]
+    assert re.search(r"\[kv_tune\] %s: under load [0-9.]+ \(2[0-4]/25 s\)" % re.escape(FIELD), log), log[-5000:]
 
-    # A rollout in the canary's drain hook (it waits 20 s there): a tune of the unit refuses, naming the rollout,
+    # A rollout in the field host's drain hook (it waits 20 s there): a tune of the unit refuses, naming the rollout,
     # and restarts nothing; the rollout then goes on.
     done = {}
     rolling = threading.Thread(target=lambda: done.update(run=rollout(
-        fleet, tmp_path / "rollout", lb, sglang_version="0.5.10", rollout_hosts=CANARY, example_lb_drain_seconds=20)))
+        fleet, tmp_path / "rollout", lb, sglang_version="0.5.10", rollout_hosts=FIELD, example_lb_drain_seconds=20)))
     rolling.start()
     try:
-        assert wait_for(lambda: (CANARY, "drain") in lb.calls, 180), lb.calls
-        assert locked(CANARY)
-        started = invocation(CANARY)
-        tuned = tune(fleet, tmp_path / "during-rollout", limit=CANARY, kv_tune_force=True)
+        assert wait_for(lambda: (FIELD, "drain") in lb.calls, 180), lb.calls
+        assert locked(FIELD)
+        started = invocation(FIELD)
+        tuned = tune(fleet, tmp_path / "during-rollout", limit=FIELD, kv_tune_force=True)
         assert tuned.status == "failed", tuned.stdout[-8000:]
         assert "is held by run" in tuned.stdout and "from rollout.yml on" in tuned.stdout, tuned.stdout[-5000:]
-        assert invocation(CANARY) == started
+        assert invocation(FIELD) == started
     finally:
         rolling.join(600)
     assert done["run"].status == "successful", done["run"].stdout[-8000:]
-    assert summary(tmp_path / "rollout")[CANARY]["status"] == "unchanged"
-    assert lb.calls[-2:] == [(CANARY, "drain"), (CANARY, "undrain")]
-    assert not locked(CANARY)
+    assert summary(tmp_path / "rollout")[FIELD]["status"] == "unchanged"
+    assert lb.calls[-2:] == [(FIELD, "drain"), (FIELD, "undrain")]
+    assert not locked(FIELD)
 
 
 def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet, tmp_path, lb):
@@ -243,10 +293,11 @@ def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet
     hook = tmp_path / "hanging_drain.yml"
     hook.write_text("- name: A drain script that never returns\n  ansible.builtin.command: sleep 600\n"
                     "  changed_when: false\n  delegate_to: localhost\n  become: false\n")
-    started, version = invocation(CANARY), served(CANARY)
+    started, version = starts(CANARY), served(CANARY)
     run = rollout(fleet, tmp_path, lb, sglang_version="0.5.10", rollout_hook_timeout=10, rollout_drain_tasks=str(hook))
     assert run.status == "failed", run.stdout[-8000:]
-    assert summary(tmp_path)[CANARY]["phase"] == "drain", summary(tmp_path)
+    assert {row["phase"] for row in canary_rows(summary(tmp_path))} == {"drain"}, summary(tmp_path)
     assert "Timed out after 10 second(s)" in run.stdout, run.stdout[-8000:]
     assert lb.calls == [(CANARY, "undrain")], lb.calls     # the other host was never touched
-    assert invocation(CANARY) == started and served(CANARY) == version and not locked(CANARY)
+    assert starts(CANARY) == started and served(CANARY) == version
+    assert not ssh(CANARY, "ls /run/llmserve/ | grep '\\.lock$' || true").strip()

@@ -1,34 +1,39 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The rollout's decisions (playbooks/rollout.yml, role rollout): what a failure in a phase means for the host, what
-the host ended on, and the fleet summary. Pure: the role's tasks observe and execute, these functions decide.
+"""The rollout's decisions (playbooks/rollout.yml, role rollout): what a failure in a phase means for the host's
+servers (re-tune them for the new release, or roll the host back), what each server ended on, and the fleet summary.
+Pure: the role's tasks observe and execute, these functions decide. Its inputs are checked in rollout_inputs.py.
 
-A host goes through the phases in order: ``lock`` (the unit's tuning lock, so that no tune runs while the host is
-upgraded, and the rollout does not start on a unit being tuned), ``gate_before`` (a real generation before anything
-changes), ``drain`` (the
-user's hook), ``upgrade`` (the roles of site.yml), ``gate_after`` (a real generation from the upgraded server),
-``retune`` (the kv_tune role), ``undrain`` (the user's hook), then ``done``.
+A host goes through the phases in order, all its servers (rollout_units) together, since they share its SGLang:
+``lock`` (each unit's tuning lock, so that no tune runs while the host is upgraded, and the rollout does not start
+on a unit being tuned), ``gate_before`` (each server's fingerprint and a real generation before anything changes),
+``drain`` (the user's hook), ``upgrade`` (the roles of site.yml), ``gate_after`` (a real generation from each
+upgraded server), ``retune`` (the kv_tune role, the host's servers together), ``undrain`` (the user's hook), then
+``done``.
 """
 from __future__ import annotations
 
-import posixpath
-import re
-from typing import Any, Collection
+from typing import Any, Collection, Sequence
 
-from ansible_collections.llmserve.sglang.plugins.module_utils import checks
-from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner import run_settings
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.unit_files import service_units
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_search import value_text
-from ansible_collections.llmserve.sglang.plugins.module_utils.service import server_args as sa
+from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
+from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units import target_label, unit_outcome
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.start_value import failed_start
 
 PHASES = ("lock", "gate_before", "drain", "upgrade", "gate_after", "retune", "undrain", "done")
-# Phases in which the host may already run something else than before: a failure there rolls SGLang back.
+# Phases in which the host may already run something else than before: a failure there rolls SGLang back, unless it
+# is one a value of --mem-fraction-static fixes (RETUNE_PHASES).
 CHANGED_PHASES = ("upgrade", "gate_after", "retune")
-SUMMARY_KEYS = ("host", "status", "phase", "before", "after", "retune", "error", "line")
+# Phases in which a server that does not start, or stops, on the new release with its old pin is re-tuned for it
+# when the failure is a lack of memory (failure_cause); a failure of the re-tune itself rolls back.
+RETUNE_PHASES = ("upgrade", "gate_after")
+SUMMARY_KEYS = ("host", "server", "unit", "status", "phase", "before", "after", "pin_before", "pin_after", "retune",
+                "cause", "error", "line")
+# Statuses of a server that the rollout left upgraded or as it was.
+GOOD_STATUSES = ("upgraded", "retuned", "unchanged", "not_started")
 PHASE_TEXT = {
-    "lock": "taking the unit's tuning lock",
+    "lock": "taking the units' tuning locks",
     "gate_before": "the health gate before the upgrade",
     "drain": "the drain hook",
     "upgrade": "the upgrade (nvidia_driver, sglang, sglang_service)",
@@ -39,169 +44,7 @@ PHASE_TEXT = {
 
 
 class RolloutError(ValueError):
-    """An input the decisions cannot use (an unknown phase, a bad rollout input)."""
-
-
-# PEP 440 versions in their normal form (what pip prints and installs with ==): 0.5.10, 0.4.6.post5, 0.5.0rc2,
-# 1!2.0.dev1, 0.5.9+cu128. Anything else (an empty string, a specifier, "0.5.9 && reboot") is not a version.
-_PEP440 = re.compile(r"([0-9]+!)?[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?"
-                     r"(\+[a-z0-9]+(\.[a-z0-9]+)*)?")
-_UNIT = re.compile(r"^[A-Za-z0-9_.@-]+\.service$")
-_URL = re.compile(r"^https?://[A-Za-z0-9.\[\]:_-]+(/[^\s]*)?$")
-_SERIAL_PERCENT = re.compile(r"^([0-9]+(\.[0-9]+)?)%$")
-# Seconds the gates and the roll-back's restart may wait: the tuner's own bound for a server's start.
-MAX_WAIT_S = run_settings.BOUNDS["ready_timeout"][1]
-MAX_INTERVAL_S = run_settings.BOUNDS["ready_interval"][1]
-HOOKS = ("rollout_drain_tasks", "rollout_undrain_tasks")
-# The inputs of playbooks/rollout.yml that check_inputs reads from each host's variables; an input a host does not
-# set takes its role's default, which is valid (the unit tests check the defaults).
-INPUTS = ("sglang_version", "nvidia_driver_branch", "nvidia_driver_version", "rollout_serial",
-          "rollout_max_fail_percentage", "rollout_gate_timeout", "rollout_ready_timeout", "rollout_ready_interval",
-          "rollout_unit", "rollout_url", "rollout_retune", "rollout_lock_lease", "rollout_hook_timeout") + HOOKS
-# The sglang_service role's inputs that say which servers the upgrade's roles would restart on a host.
-TOPOLOGY = ("sglang_service_name", "sglang_service_instances", "sglang_service_server_args")
-# Seconds the rollout's lock on a unit lasts unless it is released (a controller that dies leaves it until then):
-# at least ten minutes, at most a day (the tuner's own bound for a trial's revert).
-LOCK_LEASE_S = (600, run_settings.BOUNDS["confirm_timeout"][1])
-
-
-def hook_path(path: str, playbook_dir: str) -> str:
-    """Where a hook's task file is on the controller: absolute, or relative to the playbook (the role's defaults)."""
-    return posixpath.normpath(posixpath.join(playbook_dir, path))
-
-
-def _serial_problem(serial: Any) -> str | None:
-    """Why ``serial`` (Ansible's play keyword: a batch size, a percentage, or a list of them) is not a rollout's
-    batches, or None. Ansible reads 0 as "all hosts at once": no canary."""
-    batches = serial if isinstance(serial, list) else [serial]
-    if not batches:
-        return "must name at least one batch"
-    for batch in batches:
-        text = str(batch).strip()
-        percent = _SERIAL_PERCENT.fullmatch(text)
-        if percent:
-            if not 0 < float(percent.group(1)) <= 100:
-                return "a percentage must lie in (0, 100]%% (got %r)" % (batch,)
-        elif isinstance(batch, bool) or not text.isdigit() or int(text) < 1:
-            return "each batch must be a host count >= 1 or a percentage such as '25%%' (got %r)" % (batch,)
-    return None
-
-
-def _number_problem(value: Any, kind: type, low: float, high: float) -> str | None:
-    try:
-        number = checks.parse_number("", value, kind, RolloutError)
-    except RolloutError:
-        return "must be %s (got %r)" % ("a whole number" if kind is int else "a number", value)
-    return None if low <= number <= high else "must lie in [%s, %s] (got %r)" % (low, high, value)
-
-
-def input_problems(values: dict[str, Any], regular_files: Collection[str] = frozenset(),
-                   playbook_dir: str = ".") -> list[str]:
-    """What is wrong with one host's rollout inputs: a list of "name: why" (empty when all are valid). ``values``:
-    the inputs of INPUTS that the host sets; ``regular_files``: the hook paths (hook_path) that are regular files on
-    the controller, observed by the caller."""
-    problems: list[str] = []
-
-    def bad(name: str, why: str) -> None:
-        problems.append("%s %s" % (name, why))
-
-    if "sglang_version" in values and not _PEP440.fullmatch(str(values["sglang_version"])):
-        bad("sglang_version", "must be an exact PEP 440 version such as 0.5.10 or 0.4.6.post5 (got %r)"
-            % (values["sglang_version"],))
-    branch = str(values.get("nvidia_driver_branch", ""))
-    if "nvidia_driver_branch" in values and not re.fullmatch(r"[0-9]{3}", branch):
-        bad("nvidia_driver_branch", "must be a driver branch such as '580' (got %r)" % (values["nvidia_driver_branch"],))
-    version = str(values.get("nvidia_driver_version") or "")
-    if version and not (re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?", version)
-                        and (not branch or version.split(".", maxsplit=1)[0] == branch)):
-        bad("nvidia_driver_version", "must be empty or an upstream version of the driver branch such as 580.105.08 "
-            "(got %r)" % (version,))
-    if "rollout_serial" in values:
-        why = _serial_problem(values["rollout_serial"])
-        if why:
-            bad("rollout_serial", why)
-    for name, kind, low, high in (("rollout_max_fail_percentage", float, 0, 100),
-                                  ("rollout_gate_timeout", int, 1, MAX_WAIT_S),
-                                  ("rollout_ready_timeout", int, 1, MAX_WAIT_S),
-                                  ("rollout_ready_interval", int, 1, MAX_INTERVAL_S),
-                                  ("rollout_lock_lease", int) + LOCK_LEASE_S,
-                                  ("rollout_hook_timeout", int, 10, MAX_WAIT_S)):
-        if name in values:
-            why = _number_problem(values[name], kind, low, high)
-            if why:
-                bad(name, why)
-    if "rollout_unit" in values and not _UNIT.fullmatch(str(values["rollout_unit"])):
-        bad("rollout_unit", "must be a systemd service name such as sglang.service (got %r)" % (values["rollout_unit"],))
-    if "rollout_url" in values and not _URL.fullmatch(str(values["rollout_url"])):
-        bad("rollout_url", "must be an http:// or https:// URL such as http://127.0.0.1:30000 (got %r)"
-            % (values["rollout_url"],))
-    if "rollout_retune" in values:
-        try:
-            checks.parse_bool("rollout_retune", values["rollout_retune"], RolloutError)
-        except RolloutError:
-            bad("rollout_retune", "must be true or false (got %r)" % (values["rollout_retune"],))
-    hooks = {name: str(values.get(name) or "") for name in HOOKS}
-    for name, path in hooks.items():
-        if path and hook_path(path, playbook_dir) not in regular_files:
-            bad(name, "must be empty or a task file on the controller, absolute or relative to the playbook: %s is not "
-                "a regular file" % hook_path(path, playbook_dir))
-    if hooks["rollout_drain_tasks"] and not hooks["rollout_undrain_tasks"]:
-        bad("rollout_drain_tasks", "is set without rollout_undrain_tasks: every upgraded host would stay drained")
-    problems += topology_problems(values)
-    return problems
-
-
-def _nodes(args: Any) -> int:
-    """--nnodes of a server's arguments (1 when not given or not a number: the role's own check names those)."""
-    found = {sa.canonical(key): value for key, value in (args or {}).items()} if isinstance(args, dict) else {}
-    try:
-        return int(found.get("nnodes") or 1)
-    except (TypeError, ValueError):
-        return 1
-
-
-def topology_problems(values: dict[str, Any]) -> list[str]:
-    """What rollout.yml does not handle on a host, from the sglang_service role's inputs it sets: several servers
-    (the upgrade's roles restart every one of them, and the rollout gates, locks and re-tunes only rollout_unit),
-    and a server that spans hosts (its nodes must change together). A list of "name why", like input_problems."""
-    name = values.get("sglang_service_name", "sglang")
-    instances = values.get("sglang_service_instances") or []
-    try:
-        units = service_units.unit_names(instances, name)
-    except service_units.ServiceUnitsError as exc:
-        return ["sglang_service_instances %s" % exc]
-    unit = str(values.get("rollout_unit") or "%s.service" % name)
-    problems: list[str] = []
-    if len(units) > 1:
-        problems.append("sglang_service_instances gives this host the servers %s, and rollout.yml upgrades exactly "
-                        "one server per host (rollout_unit %s): the others would restart on the new release with "
-                        "no lock, gate or re-tune. Not handled yet: upgrade such hosts with site.yml, then "
-                        "tune_kv.yml" % (", ".join(units), unit))
-    spans = [(label, _nodes(args)) for label, args in
-             [("sglang_service_server_args", values.get("sglang_service_server_args"))]
-             + [("sglang_service_instances[%d].server_args" % i, inst.get("server_args"))
-                for i, inst in enumerate(instances) if isinstance(inst, dict)]]
-    for label, nodes in spans:
-        if nodes > 1:
-            problems.append("%s sets nnodes %d: a server that spans hosts must change on all its nodes together, "
-                            "which rollout.yml does not do yet; upgrade its nodes with site.yml, then tune_kv.yml"
-                            % (label, nodes))
-    return problems
-
-
-def check_inputs(host_values: dict[str, dict[str, Any]], regular_files: Collection[str] = frozenset(),
-                 playbook_dir: str = ".") -> dict[str, Any]:
-    """Every host's rollout inputs (``host_values``: {host: the inputs it sets}) checked before any host is touched.
-    Returns {hosts, sglang_versions}; raises RolloutError naming each bad input and the hosts that have it."""
-    hosts_of: dict[str, list[str]] = {}
-    for host in sorted(host_values):
-        for problem in input_problems(host_values[host], regular_files, playbook_dir):
-            hosts_of.setdefault(problem, []).append(host)
-    if hosts_of:
-        raise RolloutError("Invalid input for playbooks/rollout.yml, nothing was done: " + "; ".join(
-            "%s (%s)" % (problem, ", ".join(hosts)) for problem, hosts in sorted(hosts_of.items())))
-    versions = sorted({str(values["sglang_version"]) for values in host_values.values() if "sglang_version" in values})
-    return {"hosts": len(host_values), "sglang_versions": versions}
+    """An input the decisions cannot use (an unknown phase)."""
 
 
 def _check_phase(phase: str) -> None:
@@ -209,29 +52,113 @@ def _check_phase(phase: str) -> None:
         raise RolloutError("unknown rollout phase %r (known: %s)" % (phase, ", ".join(PHASES)))
 
 
-def rescue_plan(phase: str, before: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the rescue does after a failure in ``phase``, given ``before`` (the kv_fingerprint result recorded before
-    the upgrade): ``roll_back`` (reinstall ``version``, the SGLang version recorded then, and restart) when the
-    failure came after the upgrade began; ``undrain`` (call the undrain hook once the host serves again) when the
-    drain hook had started and the failure was not the undrain hook itself; ``gate`` (check a real generation)
-    whenever anything was rolled back or is to be undrained; ``no_record``: a roll-back was due, but no version was
-    recorded to return to (the host is then left as it is, and says so). With a roll-back, ``pin``: the kv_trial
-    arguments that put back the pin verified on the release it restores (:func:`pin_restore`), written after the
-    reinstall and before the restart, and ``restart``: whether the role restarts the unit itself (kv_trial's reset
-    restarts it)."""
+def per_unit(results: Any) -> dict[str, dict[str, Any]]:
+    """{unit: result} of the results a role's loop over rollout_units registered (each names its unit as ``item``,
+    or as ``unit``); a result without either is skipped. None gives {}."""
+    found: dict[str, dict[str, Any]] = {}
+    for res in results or []:
+        unit = _unit_of(res)
+        if unit:
+            found[unit] = res
+    return found
+
+
+def _unit_of(res: Any) -> str | None:
+    """The unit a loop's result is about: its item (a unit, or a loop's earlier result over the units) or unit."""
+    if not isinstance(res, dict):
+        return None
+    item = res.get("item") or res.get("unit")
+    if isinstance(item, dict):
+        return _unit_of(item)
+    return str(item) if item else None
+
+
+def failure_cause(boots: Any, node_boots: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Whether the host's servers failed on the new release for a lack of memory, from their last starts' logs
+    (``boots``: sglang_startup_facts per unit, as a loop registers them; ``node_boots``: host -> such results of
+    each node of a server that spans hosts, this host's included, instead): ``memory`` when at least one server's
+    last start ran out of memory in a way a value of --mem-fraction-static fixes (the tuner's own rule for a pin
+    that no longer starts, start_value.failed_start) and no other failed for another reason. On a server that spans
+    hosts, a node's lost connection (nccl_error) beside another node's lack of memory is only its echo. Anything
+    else (a crash, an import error, weights that do not fit, a gate that failed with no failure in any log) is not.
+    Returns {memory, why}."""
+    starts = [(unit, boot) for unit, boot in per_unit(boots).items()] if node_boots is None else [
+        ("%s %s" % (host, unit), boot) for host, results in node_boots.items() for unit, boot in per_unit(results).items()]
+    memory: list[str] = []
+    other: list[str] = []
+    echoes: list[str] = []
+    for label, boot in starts:
+        failure = boot.get("failure") or {}
+        if not failure.get("kind"):
+            continue
+        text = ("%s: %s: %s" % (label, failure["kind"], failure.get("line") or "")).rstrip(": ")
+        if failed_start(boot, label, "") is None:
+            memory.append(text)
+        elif node_boots is not None and failure["kind"] == "nccl_error":
+            echoes.append(text)
+        else:
+            other.append(text)
+    if other or (echoes and not memory):
+        return {"memory": False, "why": "not a lack of memory (%s)" % "; ".join(other + echoes)}
+    if memory:
+        return {"memory": True, "why": "a lack of memory on the old pin (%s)" % "; ".join(memory)}
+    return {"memory": False, "why": "no server's startup log shows a failure a value of --mem-fraction-static fixes"}
+
+
+def peers_state(host: str, nodes: Sequence[str], peers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What the other nodes of ``host``'s server (``nodes``: its hosts by rank; ``peers``: host -> the rollout's
+    variables there) say at a step where every node waits for the others: ``failed``, each peer that failed
+    ("host: in phase P, task 'T'"), and ``retuned``, whether every node kept the re-tune after a lack of memory. The
+    nodes of a server change together, so a node stops where a peer failed, and keeps a re-tune only with all."""
+    failed = []
+    for peer in nodes:
+        values = peers.get(peer) or {}
+        if peer != host and values.get("ansible_failed_task") is not None:
+            task = values["ansible_failed_task"]
+            failed.append("%s failed in phase %s (task '%s')" % (
+                peer, values.get("__rollout_phase", "?"), task.get("name", "?") if isinstance(task, dict) else task))
+    return {"failed": failed, "retuned": all((peers.get(peer) or {}).get("__rollout_retuned") for peer in nodes)}
+
+
+def rescue_plan(phase: str, before: Any = None, boots: Any = None, retune: bool = True,
+                node_boots: dict[str, Any] | None = None, cause: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the rescue does after a failure in ``phase``, given ``before`` (kv_fingerprint per unit, recorded before
+    the upgrade) and, for a failure in RETUNE_PHASES, ``boots`` (sglang_startup_facts per unit, read after it):
+
+    - ``retune``: the servers failed for a lack of memory (``cause``, failure_cause) and ``retune`` (rollout_retune)
+      allows it: re-tune them for the new release from a safe start (the kv_tune role), and roll back only when that
+      fails (then ask again with phase ``retune``);
+    - ``roll_back`` (reinstall ``version``, the SGLang version recorded before, put back each unit's pin,
+      ``pins``: pin_restore per unit, and restart ``restart``, the units whose pin restore does not restart them)
+      for any other failure after the upgrade began; ``no_record``: one was due, but no version was recorded to
+      return to (the host is then left as it is, and says so);
+    - ``undrain`` (call the undrain hook once every server serves again) when the drain hook had started and the
+      failure was not the undrain hook itself; ``gate`` (check a real generation from each server) whenever
+      anything was re-tuned, rolled back or is to be undrained.
+
+    A node of a server that spans hosts gives ``node_boots`` (every node's, failure_cause), so that its nodes decide
+    alike; ``cause``, when given, is kept as the plan's cause (a roll-back after the re-tune it asked for failed)."""
     _check_phase(phase)
-    version = _versions(before)["sglang"]
-    due = phase in CHANGED_PHASES
+    befores = per_unit(before)
+    version = next((_versions(res)["sglang"] for res in befores.values() if _versions(res)["sglang"]), None)
+    if cause is None and phase in RETUNE_PHASES:
+        cause = failure_cause(boots, node_boots)
+    retune_now = bool(phase in RETUNE_PHASES and cause and cause["memory"] and retune)
+    due = phase in CHANGED_PHASES and not retune_now
     roll_back = due and bool(version)
+    pins = {}
+    if roll_back:
+        pins = {unit: pin for unit, res in befores.items() if (pin := pin_restore(res)) is not None}
+    restart = [unit for unit in befores if roll_back and pins.get(unit, {}).get("state") != "reset"]
     undrain = phase in ("drain",) + CHANGED_PHASES
-    pin = pin_restore(before) if roll_back else None
-    return {"phase": phase, "roll_back": roll_back, "version": version if roll_back else None,
-            "undrain": undrain, "gate": roll_back or undrain, "no_record": due and not version,
-            "pin": pin, "restart": roll_back and (pin or {}).get("state") != "reset"}
+    return {"phase": phase, "retune": retune_now, "cause": cause, "roll_back": roll_back,
+            "version": version if roll_back else None, "undrain": undrain, "gate": roll_back or undrain or retune_now,
+            "no_record": due and not version, "pins": [dict(pin, unit=unit) for unit, pin in pins.items()],
+            "restart": restart}
 
 
 def pin_restore(before: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The kv_trial arguments that make the unit's pin the one recorded ``before`` the upgrade (its kv_fingerprint
+    """The kv_trial arguments that make a unit's pin the one recorded ``before`` the upgrade (its kv_fingerprint
     result): that entry committed again (drop-in and fact, no restart), or the pin reset where there was none (a
     re-tune on the new release may have pinned a value no load verified on the old one). None where the pin then
     could not be read (``pin_error``): it is left as it is."""
@@ -254,6 +181,21 @@ def _versions(fingerprint_result: dict[str, Any] | None) -> dict[str, Any]:
     return {"sglang": versions.get("sglang"), "driver": versions.get("driver"), "model": model.get("path")}
 
 
+def pin_numbers(fingerprint_result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """{value, tokens} of the pin a kv_fingerprint result read (the value's text and the pool it was verified with),
+    None when the unit had none."""
+    entry = (fingerprint_result or {}).get("pin")
+    if not isinstance(entry, dict) or kv_pin.check_entry(entry) is not None:
+        return None
+    return {"value": entry.get("text") or value_text(entry["mem_fraction_static"]), "tokens": entry.get("tokens")}
+
+
+def _pin_text(pin: dict[str, Any] | None) -> str:
+    if not pin:
+        return "no pin"
+    return "%s (%s tokens)" % (pin["value"], "{:,}".format(pin["tokens"]) if pin.get("tokens") else "?")
+
+
 def _state_text(state: dict[str, Any]) -> str:
     parts = ["SGLang %s" % (state.get("sglang") or "?")]
     if state.get("driver"):
@@ -268,39 +210,97 @@ def _short(text: Any, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def outcome(host: str, phase: str, before: dict[str, Any] | None = None, after: dict[str, Any] | None = None,
+def outcome(host: str, phase: str, units: Sequence[str] | None = None, before: Any = None, after: Any = None,
             failure: dict[str, Any] | None = None, plan: dict[str, Any] | None = None,
-            rollback: dict[str, Any] | None = None, gate: dict[str, Any] | None = None,
-            retune: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The host's rollout outcome, from what the tasks observed.
+            rollback: dict[str, Any] | None = None, gate: Any = None, retune: dict[str, Any] | None = None,
+            retuned: bool = False, retune_failure: dict[str, Any] | None = None,
+            undrain_failure: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The host's rollout outcome, a row per server, from what the tasks observed.
 
-    ``phase``: the phase the host reached (``done`` after the whole block); ``before``/``after``: kv_fingerprint
-    results before the upgrade and at the end; ``failure``: {task, msg} of the failed task (the rescue's
-    ansible_failed_task/result); ``plan``: rescue_plan's answer; ``rollback``: {failed, msg} of the roll-back
-    (None when none ran); ``gate``: the sglang_ready result after the rescue; ``retune``: the kv_tune result.
-    Returns {host, status, phase, before, after, retune, error, failed, msg, line}; ``failed`` says whether the
-    host must fail, ``msg`` what it fails with."""
+    ``phase``: the phase the host reached (``done`` after the whole block), or failed in; ``units``: the host's
+    servers (rollout_units); ``before``/``after``: kv_fingerprint per unit before the upgrade and at the end;
+    ``failure``: the failed task (failure_text); ``plan``: rescue_plan's answer; ``rollback``: {failed, msg} of
+    the roll-back (None when none ran); ``gate``: sglang_ready per unit after the rescue; ``retune``: the kv_tune
+    result; ``retuned``: the re-tune the plan asked for after a lack of memory succeeded, ``retune_failure``: the
+    task where it failed instead; ``undrain_failure``: the rescue's undrain hook failed there. Returns {host, failed,
+    msg, line, rows}: ``failed`` says whether the host must fail, ``msg`` what it fails with, ``rows`` one per
+    server (server_row)."""
     _check_phase(phase)
+    befores, afters, gates = per_unit(before), per_unit(after), per_unit(gate)
+    names = list(units or []) or list(befores) or list(afters) or ["?"]
+    error = None
+    if phase != "done":
+        error = "%s failed%s" % (PHASE_TEXT.get(phase, phase), failure_text(failure))
+        cause = (plan or {}).get("cause") or {}
+        if retune_failure:
+            error += "; %s, and the re-tune for the new release failed%s" % (cause.get("why"),
+                                                                             failure_text(retune_failure))
+        elif cause.get("why") and not cause.get("memory"):
+            error += "; %s" % cause["why"]
+        if undrain_failure:
+            error += "; then the undrain hook failed%s" % failure_text(undrain_failure)
+    everyone = bool(names) and all((gates.get(unit) or {}).get("ready") for unit in names)
+    rows = [server_row(host, host if len(names) == 1 else target_label(host, unit), unit, phase,
+                       befores.get(unit), afters.get(unit), error, plan, rollback, gates.get(unit),
+                       unit_outcome(retune, unit) if retune else None, retuned and everyone and not undrain_failure,
+                       drained=bool(undrain_failure))
+            for unit in names]
+    failed = [row for row in rows if row["failed"]]
+    lines = "\n".join(row["line"] for row in rows)
+    return {"host": host, "failed": bool(failed), "msg": "\n".join(row["msg"] for row in failed) or lines,
+            "line": lines, "rows": rows}
+
+
+def failure_text(failure: dict[str, Any] | None) -> str:
+    """What a failed task said, from {task, result} (the rescue's ansible_failed_task's name and
+    ansible_failed_result) or {task, msg}: its message, or for a loop, each failed item's (named by its item)."""
+    failure = failure or {}
+    result = failure.get("result") or {}
+    items = [res for res in result.get("results") or [] if isinstance(res, dict) and res.get("failed")]
+    if items:
+        msg = "; ".join("%s: %s" % (_unit_of(res) or "?", res.get("msg") or res.get("reason") or "failed")
+                        for res in items)
+    else:
+        msg = failure.get("msg") or result.get("msg") or "no message"
+    return "%s: %s" % ((" (task '%s')" % failure["task"]) if failure.get("task") else "", _short(msg, 300))
+
+
+def server_row(host: str, label: str, unit: str, phase: str, before: dict[str, Any] | None,
+               after: dict[str, Any] | None, error: str | None, plan: dict[str, Any] | None,
+               rollback: dict[str, Any] | None, gate: dict[str, Any] | None, retune: dict[str, Any] | None,
+               kept: bool = False, drained: bool = False) -> dict[str, Any]:
+    """One server's row: {host, server (its label: the host, or host/unit where it has several), unit, status, phase,
+    before, after, pin_before, pin_after, retune, retune_why, cause, error, failed, msg, line}. ``error``: what
+    failed on the host (outcome's); ``kept``: the re-tune after a lack of memory held and every server serves;
+    ``drained``: the host is still drained (its undrain hook failed)."""
     was, now = _versions(before), _versions(after)
     if not (after or {}).get("fingerprint"):
         now = dict(was) if phase in ("lock", "gate_before", "drain") else now
     retune = retune or {}
-    row: dict[str, Any] = {"host": host, "phase": phase, "before": was, "after": now, "retune": retune.get("status"),
-                           "retune_why": retune.get("why")}
+    plan = plan or {}
+    pins = {"pin_before": pin_numbers(before), "pin_after": pin_numbers(after)}
+    row: dict[str, Any] = {"host": host, "server": label, "unit": unit, "phase": phase, "before": was, "after": now,
+                           "retune": retune.get("status"), "retune_why": retune.get("why"),
+                           "cause": (plan.get("cause") or {}).get("why"), **pins}
+    pin_change = "pin %s -> %s" % (_pin_text(pins["pin_before"]), _pin_text(pins["pin_after"]))
     if phase == "done":
         changed = was != now
         row.update(status="upgraded" if changed else "unchanged", failed=False, error=None)
         what = ("%s -> %s" % (_state_text(was), _state_text(now))) if changed else "keeps %s" % _state_text(now)
-        tune = ("; re-tune: %s" % retune["status"]) if retune.get("status") else ""
-        row["msg"] = row["line"] = "%s: %s%s" % (host, what, tune)
+        tune = ("; re-tune: %s, %s" % (retune["status"], pin_change)) if retune.get("status") else ""
+        row["msg"] = row["line"] = "%s: %s%s" % (label, what, tune)
         return row
-    failure = failure or {}
-    error = "%s failed%s: %s" % (PHASE_TEXT.get(phase, phase),
-                                 (" (task '%s')" % failure["task"]) if failure.get("task") else "",
-                                 _short(failure.get("msg") or "no message"))
-    plan = plan or {}
     serving = bool((gate or {}).get("ready"))
-    if plan.get("roll_back"):
+    if kept:
+        row.update(status="retuned", failed=False, error=error)
+        row["msg"] = row["line"] = "%s: %s -> %s; %s failed for %s: re-tuned for the new release, %s" % (
+            label, _state_text(was), _state_text(now), PHASE_TEXT.get(phase, phase), plan["cause"]["why"], pin_change)
+        return row
+    if plan.get("retune") and not drained:
+        status = "not_serving"
+        end = "re-tuned for %s, but the host's servers do not all answer a real generation (this one: %s)" % (
+            _state_text(now), "serves" if serving else (gate or {}).get("reason") or "not checked")
+    elif plan.get("roll_back"):
         if rollback and rollback.get("failed"):
             # What the host runs and whether it answers, read after the failed roll-back, not assumed.
             status = "rollback_failed"
@@ -313,8 +313,8 @@ def outcome(host: str, phase: str, before: dict[str, Any] | None = None, after: 
             end = "rolled back: back on %s and serving" % _state_text(dict(now, sglang=now["sglang"] or plan["version"]))
         else:
             status = "rollback_failed"
-            end = "rolled back to SGLang %s, but it does not answer a real generation (%s); the host is NOT serving" \
-                  % (plan["version"], (gate or {}).get("reason") or "not checked")
+            end = "rolled back to SGLang %s, but it does not answer a real generation (%s); the server is NOT " \
+                  "serving" % (plan["version"], (gate or {}).get("reason") or "not checked")
     elif phase == "lock":
         status = "not_upgraded"
         end = "nothing was changed: another run holds the unit"
@@ -324,7 +324,7 @@ def outcome(host: str, phase: str, before: dict[str, Any] | None = None, after: 
     elif phase == "drain":
         status = "not_upgraded"
         end = "nothing was upgraded: still on %s%s" % (_state_text(was), "" if serving else ", NOT serving")
-    elif phase == "undrain":
+    elif phase == "undrain" or plan.get("retune"):
         status = "undrain_failed"
         end = "upgraded to %s and serving, but still drained" % _state_text(now)
     else:
@@ -332,30 +332,30 @@ def outcome(host: str, phase: str, before: dict[str, Any] | None = None, after: 
         end = "no SGLang version was recorded before the upgrade, so nothing was rolled back: left on %s" % \
               _state_text(now)
     row.update(status=status, failed=True, error=error)
-    row["msg"] = "%s: %s; %s." % (host, error, end)
-    row["line"] = "%s: FAILED in %s; %s" % (host, phase, end)
+    row["msg"] = "%s: %s; %s." % (label, error, end)
+    row["line"] = "%s: FAILED in %s; %s" % (label, phase, end)
     return row
 
 
 def summary_rows(outcomes: dict[str, Any], pending: Collection[str] = ()) -> list[dict[str, Any]]:
-    """The fleet summary: one row per host of ``outcomes`` (host -> its outcome, None when the host never got to
+    """The fleet summary: a row per server of ``outcomes`` (host -> its outcome, None when the host never got to
     record one: unreachable, or in a batch that has not run: ``pending``)."""
     rows: list[dict[str, Any]] = []
     for host in sorted(outcomes):
         res = outcomes[host]
         if res:
-            rows.append({key: res.get(key) for key in SUMMARY_KEYS})
+            rows.extend({key: row.get(key) for key in SUMMARY_KEYS} for row in res.get("rows") or [])
         elif host in pending:
-            rows.append({"host": host, "status": "not_started",
+            rows.append({"host": host, "server": host, "status": "not_started",
                          "line": "%s: NOT STARTED (a later batch; the rollout stops at a batch with a failed host)"
                                  % host})
         else:
-            rows.append({"host": host, "status": "unknown",
+            rows.append({"host": host, "server": host, "status": "unknown",
                          "line": "%s: NO OUTCOME (unreachable, or failed before the rollout began on it)" % host})
     return rows
 
 
 def failed_row(row: dict[str, Any]) -> bool:
-    """Whether a summary row is a host the rollout did not leave upgraded or as it was (rolled back, not upgraded, a
-    rollback or undrain that failed, no outcome)."""
-    return row["status"] not in ("upgraded", "unchanged", "not_started")
+    """Whether a summary row is a server the rollout did not leave upgraded or as it was (rolled back, not upgraded,
+    a roll-back or undrain that failed, not serving, no outcome)."""
+    return row["status"] not in GOOD_STATUSES

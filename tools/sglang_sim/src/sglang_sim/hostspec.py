@@ -166,7 +166,21 @@ class Host:
         if unknown:
             raise SimConfigError("%s: unknown memory keys %s (known: %s)" % (path, unknown, sorted(DEFAULT_MEMORY)))
         merged = dict(DEFAULT_MEMORY, **memory)
-        self.memory = {key: _number(merged, key, path + " memory") for key in DEFAULT_MEMORY}
+        self._memory = {key: _number(merged, key, path + " memory") for key in DEFAULT_MEMORY}
+        # A release whose memory needs differ from the others' (a larger graph reserve, more activations): what an
+        # upgrade to it changes, and a pin verified on the old release may not survive.
+        by_version = data.get("memory_for_sglang_versions") or {}
+        if not isinstance(by_version, dict):
+            raise SimConfigError("%s: memory_for_sglang_versions must be an object of SGLang version -> memory keys, "
+                                 "got %r" % (path, by_version))
+        self._memory_for_versions = {}
+        for version, keys in by_version.items():
+            unknown = sorted(set(keys or {}) - set(DEFAULT_MEMORY)) if isinstance(keys, dict) else ["(not an object)"]
+            if unknown:
+                raise SimConfigError("%s: memory_for_sglang_versions[%r]: unknown memory keys %s (known: %s)"
+                                     % (path, version, unknown, sorted(DEFAULT_MEMORY)))
+            self._memory_for_versions[str(version)] = {
+                key: _number(keys, key, "%s memory_for_sglang_versions[%r]" % (path, version)) for key in keys}
         faults = data.get("faults") or {}
         unknown = sorted(set(faults) - set(DEFAULT_FAULTS))
         if unknown:
@@ -181,6 +195,12 @@ class Host:
                                  % (path, list(CONTENTION_FROM), self.contention_from))
         self.default_launch_args = list(data.get("default_launch_args") or [])
         self.pci = _pci_section(data.get("pci"), path)
+
+    @property
+    def memory(self) -> dict:
+        """What SGLang needs besides weights and KV: host.json's memory, with memory_for_sglang_versions' keys for
+        the SGLang version this host runs over it."""
+        return dict(self._memory, **self._memory_for_versions.get(self.sglang_version, {}))
 
     @property
     def sglang_version(self) -> str:

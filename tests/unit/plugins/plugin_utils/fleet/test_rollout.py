@@ -1,25 +1,36 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""rollout: what a failure in each phase means for the host, its outcome and the fleet summary."""
+"""rollout: what a failure in each phase means for a host's servers (re-tune or roll back), each server's outcome and
+the fleet summary."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import rollout
 
+UNIT = "sglang.service"
+PIN_059 = {"mem_fraction_static": 0.85, "text": "0.850", "fingerprint_hash": "b" * 64, "tokens": 150000,
+           "versions": {"sglang": "0.5.9"}, "max_total_tokens": 150000}
+PIN_0510 = dict(PIN_059, mem_fraction_static=0.82, text="0.820", tokens=171234, max_total_tokens=None)
 
-def fingerprint(sglang, driver="580.95.05", model="/models/field/model"):
-    return {"fingerprint": {"versions": {"sglang": sglang, "driver": driver, "cuda": "13.0"},
-                            "model": {"path": model, "config_sha256": "ab"}}}
+
+def fingerprint(sglang, unit=UNIT, driver="580.95.05", model="/models/field/model", pin=None, **more):
+    """A kv_fingerprint result as a loop over rollout_units registers it."""
+    return dict({"item": unit, "fingerprint": {"versions": {"sglang": sglang, "driver": driver, "cuda": "13.0"},
+                                               "model": {"path": model, "config_sha256": "ab"}},
+                 "url": "http://127.0.0.1:30000", "pin": pin}, **more)
 
 
-BEFORE, AFTER = fingerprint("0.5.9"), fingerprint("0.5.10")
+def boot(kind=None, unit=UNIT, line="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"):
+    """sglang_startup_facts of a unit's last start, as a loop registers it."""
+    return {"item": unit, "failure": {"kind": kind, "line": line} if kind else None}
+
+
+BEFORE, AFTER = [fingerprint("0.5.9", pin=PIN_059)], [fingerprint("0.5.10", pin=PIN_0510)]
 FAILURE = {"task": "Sglang service | Fail with the journal and the classified failure",
-           "msg": "sglang.service did not answer a real generation (unit_restarted after 3.1 s)"}
+           "result": {"msg": "sglang.service did not answer a real generation (unit_restarted after 3.1 s)"}}
+READY = [{"item": fingerprint("0.5.9"), "ready": True}]
 
 
 @pytest.mark.parametrize("phase, roll_back, undrain", [
@@ -33,9 +44,55 @@ FAILURE = {"task": "Sglang service | Fail with the journal and the classified fa
 ])
 def test_rescue_plan_by_phase(phase, roll_back, undrain):
     plan = rollout.rescue_plan(phase, BEFORE)
-    assert plan["roll_back"] == roll_back and plan["undrain"] == undrain
+    assert plan["roll_back"] == roll_back and plan["undrain"] == undrain and not plan["retune"]
     assert plan["version"] == ("0.5.9" if roll_back else None)
     assert plan["gate"] == (roll_back or undrain) and not plan["no_record"]
+    assert plan["restart"] == ([UNIT] if roll_back else [])
+
+
+@pytest.mark.parametrize("boots, memory", [
+    # issue 35, item 2: the old pin runs out of memory on the new release at start, in the graph capture or under
+    # the load: a value of --mem-fraction-static fixes that
+    ([boot("init_oom", line="RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")], True),
+    ([boot("capture_oom")], True),
+    ([boot("runtime_oom")], True),
+    # not about memory: rolled back
+    ([boot("crash", line="ImportError: cannot import name 'x' from 'sglang.srt'")], False),
+    ([boot("weights_oom")], False),
+    ([boot("nccl_error", line="NCCL error")], False),
+    ([boot("unbalanced_memory", line="The memory capacity is unbalanced.")], False),
+    # a gate that failed while every server started cleanly: memory to spare
+    ([boot(None)], False),
+    ([], False),
+    # two servers: one ran out of memory and the other crashed: not a lack of memory alone
+    ([boot("capture_oom", unit="sglang@a.service"), boot("crash", unit="sglang@b.service", line="Segfault")], False),
+    # one ran out of memory, the other started: re-tune the host
+    ([boot("capture_oom", unit="sglang@a.service"), boot(None, unit="sglang@b.service")], True),
+])
+def test_a_lack_of_memory_on_the_new_release_is_re_tuned_anything_else_rolled_back(boots, memory):
+    for phase in rollout.RETUNE_PHASES:
+        plan = rollout.rescue_plan(phase, BEFORE, boots=boots)
+        assert plan["retune"] is memory and plan["cause"]["memory"] is memory
+        assert plan["roll_back"] is not memory and plan["gate"] and plan["undrain"]
+    cause = rollout.failure_cause(boots)["why"]
+    assert cause.startswith("a lack of memory on the old pin (") if memory else "lack of memory on" not in cause
+
+
+def test_the_units_failure_is_named_in_the_cause():
+    cause = rollout.failure_cause([boot("capture_oom", unit="sglang@a.service"), boot(None, unit="sglang@b.service")])
+    assert cause["why"] == ("a lack of memory on the old pin (sglang@a.service: capture_oom: torch.OutOfMemoryError: "
+                            "CUDA out of memory. Tried to allocate 2.00 GiB)")
+    cause = rollout.failure_cause([boot("crash", line="ImportError: no module named flashinfer")])
+    assert cause["why"] == "not a lack of memory (sglang.service: crash: ImportError: no module named flashinfer)"
+
+
+def test_no_retune_when_the_operator_says_so_or_the_failure_came_later():
+    memory = [boot("init_oom")]
+    assert not rollout.rescue_plan("upgrade", BEFORE, boots=memory, retune=False)["retune"]
+    assert rollout.rescue_plan("upgrade", BEFORE, boots=memory, retune=False)["roll_back"]
+    # a re-tune that fails is not re-tuned again: the host goes back
+    plan = rollout.rescue_plan("retune", BEFORE, boots=memory)
+    assert not plan["retune"] and plan["roll_back"] and plan["cause"] is None
 
 
 def test_rescue_plan_without_a_recorded_version_rolls_nothing_back():
@@ -51,35 +108,128 @@ def test_unknown_phase_is_refused():
 
 
 def test_done_upgraded_and_unchanged():
-    row = rollout.outcome("gpu1", "done", BEFORE, AFTER, retune={"status": "tuned", "why": "versions.sglang"})
-    assert row["status"] == "upgraded" and not row["failed"] and row["error"] is None
+    out = rollout.outcome("gpu1", "done", [UNIT], BEFORE, AFTER, retune={"status": "tuned", "why": "versions.sglang"})
+    row, = out["rows"]
+    assert row["status"] == "upgraded" and not row["failed"] and row["error"] is None and not out["failed"]
     assert row["line"] == ("gpu1: SGLang 0.5.9, driver 580.95.05, model /models/field/model -> SGLang 0.5.10, "
-                           "driver 580.95.05, model /models/field/model; re-tune: tuned")
+                           "driver 580.95.05, model /models/field/model; re-tune: tuned, pin 0.850 (150,000 tokens) "
+                           "-> 0.820 (171,234 tokens)")
     assert (row["before"]["sglang"], row["after"]["sglang"], row["retune"]) == ("0.5.9", "0.5.10", "tuned")
-    same = rollout.outcome("gpu1", "done", AFTER, AFTER, retune={"status": "unchanged"})
+    assert row["pin_before"] == {"value": "0.850", "tokens": 150000}
+    assert row["pin_after"] == {"value": "0.820", "tokens": 171234}
+    same = rollout.outcome("gpu1", "done", [UNIT], AFTER, AFTER, retune={"status": "unchanged"})["rows"][0]
     assert same["status"] == "unchanged" and same["line"].startswith("gpu1: keeps SGLang 0.5.10")
 
 
 def test_failed_upgrade_rolled_back_and_serving():
-    plan = rollout.rescue_plan("upgrade", BEFORE)
-    row = rollout.outcome("gpu1", "upgrade", BEFORE, BEFORE, failure=FAILURE, plan=plan, gate={"ready": True})
-    assert row["status"] == "rolled_back" and row["failed"]
-    assert row["msg"].startswith("gpu1: the upgrade (nvidia_driver, sglang, sglang_service) failed (task 'Sglang "
+    plan = rollout.rescue_plan("upgrade", BEFORE, boots=[boot(None)])
+    out = rollout.outcome("gpu1", "upgrade", [UNIT], BEFORE, BEFORE, failure=FAILURE, plan=plan, gate=READY)
+    row, = out["rows"]
+    assert row["status"] == "rolled_back" and row["failed"] and out["failed"]
+    assert out["msg"].startswith("gpu1: the upgrade (nvidia_driver, sglang, sglang_service) failed (task 'Sglang "
                                  "service | Fail with the journal and the classified failure'): sglang.service did "
                                  "not answer")
-    assert row["msg"].endswith("rolled back: back on SGLang 0.5.9, driver 580.95.05, model /models/field/model and "
+    assert "; no server's startup log shows a failure a value of --mem-fraction-static fixes;" in out["msg"]
+    assert out["msg"].endswith("rolled back: back on SGLang 0.5.9, driver 580.95.05, model /models/field/model and "
                                "serving.")
     assert row["line"].startswith("gpu1: FAILED in upgrade; rolled back")
 
 
+def test_a_crash_on_the_new_release_is_rolled_back_and_says_it_was_not_memory():
+    plan = rollout.rescue_plan("upgrade", BEFORE, boots=[boot("crash", line="ImportError: bad wheel")])
+    row = rollout.outcome("gpu1", "upgrade", [UNIT], BEFORE, BEFORE, failure=FAILURE, plan=plan, gate=READY)["rows"][0]
+    assert row["status"] == "rolled_back"
+    assert row["cause"] == "not a lack of memory (sglang.service: crash: ImportError: bad wheel)"
+    assert "not a lack of memory (sglang.service: crash: ImportError: bad wheel)" in row["error"]
+
+
+def test_a_memory_failure_re_tuned_keeps_the_upgrade_with_its_numbers():
+    plan = rollout.rescue_plan("upgrade", BEFORE, boots=[boot("capture_oom")])
+    out = rollout.outcome("gpu1", "upgrade", [UNIT], BEFORE, AFTER, failure=FAILURE, plan=plan, gate=READY,
+                          retune={"status": "tuned"}, retuned=True)
+    row, = out["rows"]
+    assert not out["failed"] and row["status"] == "retuned" and not rollout.failed_row(row)
+    assert row["line"] == (
+        "gpu1: SGLang 0.5.9, driver 580.95.05, model /models/field/model -> SGLang 0.5.10, driver 580.95.05, model "
+        "/models/field/model; the upgrade (nvidia_driver, sglang, sglang_service) failed for a lack of memory on the "
+        "old pin (sglang.service: capture_oom: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 "
+        "GiB): re-tuned for the new release, pin 0.850 (150,000 tokens) -> 0.820 (171,234 tokens)")
+    assert (row["pin_before"]["value"], row["pin_after"]["value"], row["retune"]) == ("0.850", "0.820", "tuned")
+
+
+def test_a_re_tune_that_found_no_value_rolls_back_and_says_both():
+    first = rollout.rescue_plan("upgrade", BEFORE, boots=[boot("init_oom")])
+    plan = dict(rollout.rescue_plan("retune", BEFORE), cause=first["cause"])
+    out = rollout.outcome("gpu1", "upgrade", [UNIT], BEFORE, BEFORE, failure=FAILURE, plan=plan, gate=READY,
+                          retune_failure={"task": "Kv tune | Stop when the search did not end on a stable value",
+                                          "result": {"msg": "no stable value above 0.700"}})
+    row, = out["rows"]
+    assert out["failed"] and row["status"] == "rolled_back"
+    assert ("; a lack of memory on the old pin (sglang.service: init_oom: torch.OutOfMemoryError: CUDA out of memory."
+            " Tried to allocate 2.00 GiB), and the re-tune for the new release failed (task 'Kv tune | Stop when the "
+            "search did not end on a stable value'): no stable value above 0.700;") in row["msg"]
+
+
+def test_a_re_tuned_host_whose_server_does_not_answer_fails():
+    plan = rollout.rescue_plan("upgrade", BEFORE, boots=[boot("init_oom")])
+    out = rollout.outcome("gpu1", "upgrade", [UNIT], BEFORE, AFTER, failure=FAILURE, plan=plan,
+                          gate=[{"item": fingerprint("0.5.10"), "ready": False, "reason": "unit_failed"}],
+                          retune={"status": "tuned"}, retuned=True)
+    assert out["failed"] and out["rows"][0]["status"] == "not_serving" and "unit_failed" in out["msg"]
+    # ... and one whose undrain hook failed after it: upgraded and serving, but still drained
+    out = rollout.outcome("gpu1", "upgrade", [UNIT], BEFORE, AFTER, failure=FAILURE, plan=plan, gate=READY,
+                          retune={"status": "tuned"}, retuned=True, undrain_failure={"result": {"msg": "HTTP 500"}})
+    assert out["failed"] and out["rows"][0]["status"] == "undrain_failed"
+    assert "then the undrain hook failed: HTTP 500" in out["msg"] and "but still drained" in out["msg"]
+
+
+TWO = ["sglang@a.service", "sglang@b.service"]
+BEFORE_TWO = [fingerprint("0.5.9", unit, pin=PIN_059) for unit in TWO]
+AFTER_TWO = [fingerprint("0.5.10", unit, pin=PIN_0510) for unit in TWO]
+
+
+def test_two_servers_of_a_host_are_rolled_back_together_a_row_each():
+    """issue 35, item 1: sglang@b failed; both run the host's SGLang, so both go back, each with its own pin."""
+    failure = {"task": "Rollout | A real generation from each server", "result": {"msg": "One or more items failed",
+               "results": [{"item": {"item": "sglang@a.service"}, "ready": True, "failed": False},
+                           {"item": {"item": "sglang@b.service"}, "ready": False, "failed": True,
+                            "msg": "sglang@b.service did not answer"}]}}
+    plan = rollout.rescue_plan("gate_after", BEFORE_TWO, boots=[boot(None, unit) for unit in TWO])
+    assert plan["roll_back"] and plan["restart"] == TWO
+    assert [pin["unit"] for pin in plan["pins"]] == TWO and {pin["value"] for pin in plan["pins"]} == {"0.850"}
+    gates = [{"item": fingerprint("0.5.9", unit), "ready": True} for unit in TWO]
+    out = rollout.outcome("gpu1", "gate_after", TWO, BEFORE_TWO, BEFORE_TWO, failure=failure, plan=plan, gate=gates)
+    assert out["failed"] and [row["server"] for row in out["rows"]] == ["gpu1/sglang@a", "gpu1/sglang@b"]
+    assert {row["status"] for row in out["rows"]} == {"rolled_back"} and {row["host"] for row in out["rows"]} == {"gpu1"}
+    assert ("the health gate after the upgrade failed (task 'Rollout | A real generation from each server'): "
+            "sglang@b.service: sglang@b.service did not answer") in out["msg"]
+    rows = rollout.summary_rows({"gpu1": out, "gpu2": None}, pending={"gpu2"})
+    assert [row["server"] for row in rows] == ["gpu1/sglang@a", "gpu1/sglang@b", "gpu2"]
+
+
+def test_two_servers_re_tuned_together_a_row_each():
+    plan = rollout.rescue_plan("upgrade", BEFORE_TWO, boots=[boot("capture_oom", TWO[0]), boot(None, TWO[1])])
+    gates = [{"item": fingerprint("0.5.10", unit), "ready": True} for unit in TWO]
+    retune = {"status": "tuned", "units": {unit: {"status": "tuned", "unit": unit} for unit in TWO}}
+    out = rollout.outcome("gpu1", "upgrade", TWO, BEFORE_TWO, AFTER_TWO, failure=FAILURE, plan=plan, gate=gates,
+                          retune=retune, retuned=True)
+    assert not out["failed"] and {row["status"] for row in out["rows"]} == {"retuned"}
+    # one server that does not answer after the re-tune fails the host: every row says so
+    gates[1] = dict(gates[1], ready=False, reason="timeout")
+    out = rollout.outcome("gpu1", "upgrade", TWO, BEFORE_TWO, AFTER_TWO, failure=FAILURE, plan=plan, gate=gates,
+                          retune=retune, retuned=True)
+    assert out["failed"] and {row["status"] for row in out["rows"]} == {"not_serving"}
+
+
 def test_roll_back_that_does_not_serve_or_fails():
     plan = rollout.rescue_plan("gate_after", BEFORE)
-    row = rollout.outcome("gpu1", "gate_after", BEFORE, BEFORE, failure=FAILURE, plan=plan,
-                          gate={"ready": False, "reason": "unit_failed"})
+    row = rollout.outcome("gpu1", "gate_after", [UNIT], BEFORE, BEFORE, failure=FAILURE, plan=plan,
+                          gate=[{"item": fingerprint("0.5.9"), "ready": False, "reason": "unit_failed"}])["rows"][0]
     assert row["status"] == "rollback_failed" and "NOT serving" in row["msg"] and "unit_failed" in row["msg"]
-    row = rollout.outcome("gpu1", "retune", BEFORE, AFTER, failure=FAILURE, plan=rollout.rescue_plan("retune", BEFORE),
+    row = rollout.outcome("gpu1", "retune", [UNIT], BEFORE, AFTER, failure=FAILURE,
+                          plan=rollout.rescue_plan("retune", BEFORE),
                           rollback={"failed": True, "msg": "pip: no matching distribution"},
-                          gate={"ready": False, "reason": "unit_failed"})
+                          gate=[{"item": fingerprint("0.5.9"), "ready": False, "reason": "unit_failed"}])["rows"][0]
     assert row["status"] == "rollback_failed" and "roll-back to SGLang 0.5.9 failed too (pip" in row["msg"]
     assert row["msg"].endswith("the host runs SGLang 0.5.10, driver 580.95.05, model /models/field/model and is NOT "
                                "serving (unit_failed).")
@@ -88,78 +238,79 @@ def test_roll_back_that_does_not_serve_or_fails():
 def test_a_roll_back_that_failed_says_what_the_host_really_runs():
     # issue 32, item 1: the reinstall failed, the host still answered on the new release, and the outcome said
     # "the host is NOT serving" without asking
-    row = rollout.outcome("gpu1", "retune", BEFORE, AFTER, failure=FAILURE, plan=rollout.rescue_plan("retune", BEFORE),
-                          rollback={"failed": True, "msg": "pip: no matching distribution"}, gate={"ready": True})
+    row = rollout.outcome("gpu1", "retune", [UNIT], BEFORE, AFTER, failure=FAILURE,
+                          plan=rollout.rescue_plan("retune", BEFORE),
+                          rollback={"failed": True, "msg": "pip: no matching distribution"}, gate=READY)["rows"][0]
     assert row["status"] == "rollback_failed" and "NOT serving" not in row["msg"]
     assert "failed too (pip: no matching distribution); the host runs SGLang 0.5.10" in row["msg"]
     assert row["msg"].endswith("and serves (a real generation answered).")
 
 
-PIN_059 = {"mem_fraction_static": 0.85, "text": "0.850", "fingerprint_hash": "b" * 64, "tokens": 150000,
-           "versions": {"sglang": "0.5.9"}, "max_total_tokens": 150000}
-
-
 @pytest.mark.parametrize("before, pin, restart", [
     # issue 32, item 1: the re-tune pinned 0.885 on 0.5.10; the roll-back to 0.5.9 puts back the 0.850 verified there
-    (dict(BEFORE, pin=PIN_059, pin_error=None), {"state": "committed", "value": "0.850", "fact": PIN_059}, True),
+    (fingerprint("0.5.9", pin=PIN_059, pin_error=None), {"state": "committed", "value": "0.850", "fact": PIN_059}, True),
     # an entry written without its text: the value's own shortest form
-    (dict(BEFORE, pin=dict(PIN_059, text=None, mem_fraction_static=0.88)),
+    (fingerprint("0.5.9", pin=dict(PIN_059, text=None, mem_fraction_static=0.88)),
      {"state": "committed", "value": "0.88", "fact": dict(PIN_059, text=None, mem_fraction_static=0.88)}, True),
     # never tuned before: whatever the new release pinned goes (kv_trial's reset restarts the unit itself)
-    (dict(BEFORE, pin=None, pin_error=None), {"state": "reset"}, False),
+    (fingerprint("0.5.9", pin=None, pin_error=None), {"state": "reset"}, False),
     # a pin that could not be read then: left as it is
-    (dict(BEFORE, pin=None, pin_error="the pin of sglang.service cannot be used"), None, True),
-    (dict(BEFORE, pin={"mem_fraction_static": "high"}), None, True),
+    (fingerprint("0.5.9", pin=None, pin_error="the pin of sglang.service cannot be used"), None, True),
+    (fingerprint("0.5.9", pin={"mem_fraction_static": "high"}), None, True),
 ])
 def test_a_roll_back_puts_back_the_pin_verified_on_the_release_it_restores(before, pin, restart):
     for phase in rollout.CHANGED_PHASES:
-        plan = rollout.rescue_plan(phase, before)
-        assert plan["roll_back"] and plan["pin"] == pin and plan["restart"] is restart
+        plan = rollout.rescue_plan(phase, [before])
+        assert plan["roll_back"] and plan["pins"] == ([dict(pin, unit=UNIT)] if pin else [])
+        assert plan["restart"] == ([UNIT] if restart else [])
     for phase in ("lock", "gate_before", "drain", "undrain"):
-        plan = rollout.rescue_plan(phase, before)
-        assert plan["pin"] is None and plan["restart"] is False
+        plan = rollout.rescue_plan(phase, [before])
+        assert plan["pins"] == [] and plan["restart"] == []
 
 
 def test_failures_before_the_upgrade_and_in_the_undrain_hook():
-    row = rollout.outcome("gpu1", "gate_before", None, None, failure={"msg": "timeout"},
-                          plan=rollout.rescue_plan("gate_before", None))
+    row = rollout.outcome("gpu1", "gate_before", [UNIT], None, None, failure={"msg": "timeout"},
+                          plan=rollout.rescue_plan("gate_before", None))["rows"][0]
     assert row["status"] == "not_upgraded" and "did not serve before the upgrade" in row["msg"]
     assert row["before"] == {"sglang": None, "driver": None, "model": None}
-    row = rollout.outcome("gpu1", "drain", BEFORE, None, failure={"msg": "HTTP 500"},
-                          plan=rollout.rescue_plan("drain", BEFORE), gate={"ready": True})
+    row = rollout.outcome("gpu1", "drain", [UNIT], BEFORE, None, failure={"msg": "HTTP 500"},
+                          plan=rollout.rescue_plan("drain", BEFORE), gate=READY)["rows"][0]
     assert row["status"] == "not_upgraded" and "still on SGLang 0.5.9" in row["msg"] and "NOT" not in row["msg"]
     assert row["after"]["sglang"] == "0.5.9"
-    row = rollout.outcome("gpu1", "undrain", BEFORE, AFTER, failure={"msg": "HTTP 500"},
-                          plan=rollout.rescue_plan("undrain", BEFORE))
+    row = rollout.outcome("gpu1", "undrain", [UNIT], BEFORE, AFTER, failure={"msg": "HTTP 500"},
+                          plan=rollout.rescue_plan("undrain", BEFORE))["rows"][0]
     assert row["status"] == "undrain_failed" and "upgraded to SGLang 0.5.10" in row["msg"] and "drained" in row["msg"]
 
 
 def test_a_unit_another_run_holds_is_left_as_it_is():
     """The tuning lock is taken before the gate: a unit that a tune holds is neither gated, drained nor changed."""
     plan = rollout.rescue_plan("lock", None)
-    assert not (plan["roll_back"] or plan["undrain"] or plan["gate"] or plan["no_record"])
-    row = rollout.outcome("gpu1", "lock", None, AFTER, plan=plan, failure={
-        "task": "Rollout | Take the unit's tuning lock", "msg": "sglang.service is held by run 1f2e3d4c from ops1 pid 7"})
+    assert not (plan["roll_back"] or plan["undrain"] or plan["gate"] or plan["no_record"] or plan["retune"])
+    out = rollout.outcome("gpu1", "lock", [UNIT], None, AFTER, plan=plan, failure={
+        "task": "Rollout | Take the units' tuning locks", "result": {"msg": "One or more items failed", "results": [
+            {"item": UNIT, "failed": True, "msg": "sglang.service is held by run 1f2e3d4c from ops1 pid 7"}]}})
+    row, = out["rows"]
     assert row["status"] == "not_upgraded" and row["failed"]
-    assert row["msg"] == ("gpu1: taking the unit's tuning lock failed (task 'Rollout | Take the unit's tuning lock'): "
-                          "sglang.service is held by run 1f2e3d4c from ops1 pid 7; nothing was changed: another run "
-                          "holds the unit.")
+    assert out["msg"] == ("gpu1: taking the units' tuning locks failed (task 'Rollout | Take the units' tuning locks'): "
+                          "sglang.service: sglang.service is held by run 1f2e3d4c from ops1 pid 7; nothing was "
+                          "changed: another run holds the unit.")
     assert row["after"]["sglang"] == "0.5.10"
 
 
 def test_no_recorded_version_says_so():
-    row = rollout.outcome("gpu1", "upgrade", None, AFTER, failure=FAILURE, plan=rollout.rescue_plan("upgrade", None))
+    row = rollout.outcome("gpu1", "upgrade", [UNIT], None, AFTER, failure=FAILURE,
+                          plan=rollout.rescue_plan("upgrade", None))["rows"][0]
     assert row["status"] == "rollback_failed" and "no SGLang version was recorded" in row["msg"]
 
 
 def test_long_failure_messages_are_shortened():
-    row = rollout.outcome("gpu1", "upgrade", BEFORE, BEFORE, failure={"msg": "journal line\n" * 200},
-                          plan=rollout.rescue_plan("upgrade", BEFORE), gate={"ready": True})
-    assert len(row["error"]) < 500 and "\n" not in row["error"] and row["error"].endswith("...")
+    row = rollout.outcome("gpu1", "upgrade", [UNIT], BEFORE, BEFORE, failure={"msg": "journal line\n" * 200},
+                          plan=rollout.rescue_plan("upgrade", BEFORE), gate=READY)["rows"][0]
+    assert len(row["error"]) < 500 and "\n" not in row["error"] and "journal lin...; no server's" in row["error"]
 
 
 def test_summary_rows():
-    done = rollout.outcome("gpu1", "done", BEFORE, AFTER)
+    done = rollout.outcome("gpu1", "done", [UNIT], BEFORE, AFTER)
     rows = rollout.summary_rows({"gpu2": None, "gpu1": done, "gpu3": None}, pending={"gpu3"})
     assert [row["host"] for row in rows] == ["gpu1", "gpu2", "gpu3"]
     assert rows[0]["status"] == "upgraded" and rows[0]["after"]["sglang"] == "0.5.10" and "msg" not in rows[0]
@@ -168,123 +319,44 @@ def test_summary_rows():
     assert [row["host"] for row in rows if rollout.failed_row(row)] == ["gpu2"]
 
 
-# --- the inputs, before any host is touched -------------------------------------------------------------------------
-
-HOOK = "/srv/hooks/drain.yml"
-UNHOOK = "/srv/hooks/undrain.yml"
-GOOD = {"sglang_version": "0.5.10", "rollout_serial": [1, "25%"], "rollout_drain_tasks": HOOK,
-        "rollout_undrain_tasks": UNHOOK, "rollout_gate_timeout": 120, "rollout_ready_interval": 5,
-        "rollout_ready_timeout": "1800", "rollout_max_fail_percentage": 0, "rollout_unit": "sglang@a.service",
-        "rollout_url": "http://127.0.0.1:30000", "rollout_retune": "yes", "nvidia_driver_branch": 580,
-        "nvidia_driver_version": "580.105.08"}
-FILES = frozenset({HOOK, UNHOOK, "/work/playbooks/rollout_hooks/example_lb_drain.yml"})
+NODES = ["m1", "m2"]
 
 
-@pytest.mark.parametrize("version", ["0.5.10", "0.4.6.post5", "0.5.0rc2", "1!2.0.dev1", "0.5.9+cu128", "1"])
-def test_a_pep_440_version_is_accepted(version):
-    assert rollout.input_problems(dict(GOOD, sglang_version=version), FILES) == []
-
-
-@pytest.mark.parametrize("changes, problem", [
-    ({"sglang_version": ""}, "sglang_version must be an exact PEP 440 version such as 0.5.10 or 0.4.6.post5 (got '')"),
-    ({"sglang_version": "0.5.9 && reboot"}, "sglang_version must be an exact PEP 440 version"),
-    ({"sglang_version": ">=0.5.9"}, "sglang_version must be an exact PEP 440 version"),
-    ({"sglang_version": "0.5.*"}, "sglang_version must be an exact PEP 440 version"),
-    ({"sglang_version": "v0.5.9"}, "sglang_version must be an exact PEP 440 version"),
-    ({"sglang_version": "0.5.9\n"}, "sglang_version must be an exact PEP 440 version"),
-    ({"rollout_serial": 0}, "rollout_serial each batch must be a host count >= 1"),
-    ({"rollout_serial": [1, "0%"]}, "rollout_serial a percentage must lie in (0, 100]% (got '0%')"),
-    ({"rollout_serial": "150%"}, "rollout_serial a percentage must lie in (0, 100]%"),
-    ({"rollout_serial": []}, "rollout_serial must name at least one batch"),
-    ({"rollout_serial": [True]}, "rollout_serial each batch must be a host count"),
-    ({"rollout_serial": "all"}, "rollout_serial each batch must be a host count"),
-    ({"rollout_max_fail_percentage": 101}, "rollout_max_fail_percentage must lie in [0, 100] (got 101)"),
-    ({"rollout_gate_timeout": 0}, "rollout_gate_timeout must lie in [1, 21600] (got 0)"),
-    ({"rollout_gate_timeout": "1e12"}, "rollout_gate_timeout must lie in [1, 21600]"),
-    ({"rollout_ready_timeout": "soon"}, "rollout_ready_timeout must be a whole number (got 'soon')"),
-    ({"rollout_ready_interval": 0}, "rollout_ready_interval must lie in [1, 60]"),
-    ({"rollout_unit": "sglang; reboot"}, "rollout_unit must be a systemd service name"),
-    ({"rollout_url": "127.0.0.1:30000"}, "rollout_url must be an http:// or https:// URL"),
-    ({"rollout_retune": "maybe"}, "rollout_retune must be true or false (got 'maybe')"),
-    ({"rollout_lock_lease": 60}, "rollout_lock_lease must lie in [600, 86400] (got 60)"),
-    ({"rollout_lock_lease": "1e9"}, "rollout_lock_lease must lie in [600, 86400]"),
-    ({"rollout_hook_timeout": 0}, "rollout_hook_timeout must lie in [10, 21600] (got 0)"),
-    ({"rollout_hook_timeout": "forever"}, "rollout_hook_timeout must be a whole number"),
-    ({"rollout_drain_tasks": "/srv/hooks/missing.yml"},
-     "rollout_drain_tasks must be empty or a task file on the controller, absolute or relative to the playbook: "
-     "/srv/hooks/missing.yml is not a regular file"),
-    ({"rollout_undrain_tasks": "/srv/hooks"}, "rollout_undrain_tasks must be empty or a task file"),
-    ({"rollout_undrain_tasks": ""}, "rollout_drain_tasks is set without rollout_undrain_tasks"),
-    ({"nvidia_driver_branch": "58", "nvidia_driver_version": ""}, "nvidia_driver_branch must be a driver branch such as '580'"),
-    ({"nvidia_driver_version": "570.1.2"}, "nvidia_driver_version must be empty or an upstream version"),
+@pytest.mark.parametrize("node_boots, memory", [
+    # node 1 ran out of memory in its graph capture; node 0 lost its peer: the echo, not another failure
+    ({"m1": [boot("nccl_error", line="NCCL error: remote process exited")], "m2": [boot("capture_oom")]}, True),
+    # both lost each other and nothing ran out of memory: not memory
+    ({"m1": [boot("nccl_error", line="NCCL error")], "m2": [boot("nccl_error", line="NCCL error")]}, False),
+    # node 1 crashed (an import error): not memory, whatever node 0 says
+    ({"m1": [boot("nccl_error", line="NCCL error")], "m2": [boot("crash", line="ImportError: x")]}, False),
+    ({"m1": [boot("init_oom")], "m2": [boot(None)]}, True),
 ])
-def test_a_bad_input_is_named(changes, problem):
-    problems = rollout.input_problems(dict(GOOD, **changes), FILES)
-    assert len(problems) == 1 and problem in problems[0], problems
+def test_the_nodes_of_a_server_decide_alike_from_every_nodes_log(node_boots, memory):
+    """issue 35, item 1: each node of a two-node server decides from both nodes' startup logs, so both re-tune or
+    both roll back."""
+    plans = [rollout.rescue_plan("upgrade", BEFORE, boots=node_boots[host], node_boots=node_boots) for host in NODES]
+    assert [plan["retune"] for plan in plans] == [memory, memory]
+    assert [plan["roll_back"] for plan in plans] == [not memory, not memory]
+    assert plans[0]["cause"] == plans[1]["cause"]
+    if memory:
+        assert "m2 sglang.service: capture_oom" in plans[0]["cause"]["why"] or "m1 sglang.service: init_oom" in \
+            plans[0]["cause"]["why"]
 
 
-def test_the_role_defaults_and_no_input_pass():
-    """A host that sets nothing takes the roles' defaults (empty hooks, the default batches) and passes."""
-    assert rollout.input_problems({}) == []
-    assert rollout.input_problems({"rollout_drain_tasks": "", "rollout_undrain_tasks": "",
-                                   "rollout_serial": [1, "25%"], "nvidia_driver_version": ""}) == []
+def test_a_kept_cause_survives_the_plan_after_a_failed_re_tune():
+    cause = {"memory": True, "why": "a lack of memory on the old pin (x)"}
+    plan = rollout.rescue_plan("retune", BEFORE, cause=cause)
+    assert plan["cause"] == cause and plan["roll_back"] and not plan["retune"]
 
 
-def test_a_relative_hook_is_the_playbooks():
-    values = {"rollout_drain_tasks": "rollout_hooks/example_lb_drain.yml",
-              "rollout_undrain_tasks": "rollout_hooks/example_lb_drain.yml"}
-    assert rollout.input_problems(values, FILES, "/work/playbooks") == []
-    assert rollout.input_problems(values, FILES, "/elsewhere") != []
-
-
-def test_check_inputs_names_every_bad_input_and_its_hosts():
-    with pytest.raises(rollout.RolloutError) as error:
-        rollout.check_inputs({"h1": dict(GOOD, sglang_version=""), "h2": dict(GOOD, sglang_version=""),
-                              "h3": dict(GOOD, rollout_gate_timeout=0), "h4": GOOD}, FILES)
-    message = str(error.value)
-    assert message.startswith("Invalid input for playbooks/rollout.yml, nothing was done: ")
-    assert "(got '') (h1, h2)" in message and "rollout_gate_timeout must lie in [1, 21600] (got 0) (h3)" in message
-    assert "h4" not in message
-
-
-def test_check_inputs_says_what_it_checked():
-    assert rollout.check_inputs({"h1": GOOD, "h2": dict(GOOD, sglang_version="0.5.9"), "h3": {}}, FILES) == {
-        "hosts": 3, "sglang_versions": ["0.5.10", "0.5.9"]}
-
-
-def test_the_rollout_roles_defaults_pass():
-    """The defaults a host takes when it sets nothing (roles/rollout/defaults/main.yml, sglang's version) are valid."""
-    root = Path(__file__).resolve().parents[5]
-    defaults = yaml.safe_load((root / "roles" / "rollout" / "defaults" / "main.yml").read_text())
-    defaults.update(sglang_version=yaml.safe_load((root / "roles" / "sglang" / "defaults" / "main.yml").read_text())
-                    ["sglang_version"])
-    plain = {name: value for name, value in defaults.items() if name in rollout.INPUTS and "{{" not in str(value)}
-    assert "sglang_version" in plain and rollout.input_problems(plain) == []
-
-
-@pytest.mark.parametrize("topology, problems", [
-    # issue 32, item 2: rollout.yml restarted sglang@b on the new release with no lock, gate or re-tune
-    ({"sglang_service_instances": [{"name": "a"}, {"name": "b", "server_args": {"port": 30001}}],
-      "rollout_unit": "sglang@a.service"},
-     ["sglang_service_instances gives this host the servers sglang@a.service, sglang@b.service, and rollout.yml "
-      "upgrades exactly one server per host (rollout_unit sglang@a.service)"]),
-    # ... and a server that spans two hosts (it restarted the server, then failed with rc 2)
-    ({"sglang_service_server_args": {"nnodes": 2, "node-rank": 0}},
-     ["sglang_service_server_args sets nnodes 2: a server that spans hosts must change on all its nodes together"]),
-    ({"sglang_service_instances": [{"name": "a", "server_args": {"nnodes": "2"}}],
-      "rollout_unit": "sglang@a.service"},
-     ["sglang_service_instances[0].server_args sets nnodes 2"]),
-    # what rollout.yml handles: one server, the one it gates, on one host
-    ({"sglang_service_instances": [{"name": "a"}], "rollout_unit": "sglang@a.service"}, []),
-    ({"sglang_service_name": "llm", "rollout_unit": "llm.service", "sglang_service_server_args": {"nnodes": 1}}, []),
-    ({}, []),
-])
-def test_a_topology_rollout_yml_does_not_handle_is_refused_first(topology, problems):
-    values = dict(GOOD, **topology)
-    if "rollout_unit" not in topology:
-        values.pop("rollout_unit", None)
-    found = rollout.input_problems(values, FILES)
-    assert len(found) == len(problems) and all(want in got for want, got in zip(problems, found)), found
-    if problems:
-        with pytest.raises(rollout.RolloutError, match="nothing was done"):
-            rollout.check_inputs({"h1": values}, FILES)
+def test_a_node_sees_its_peers_failure_and_whether_all_kept_the_re_tune():
+    peers = {"m1": {"__rollout_phase": "upgrade", "__rollout_retuned": True},
+             "m2": {"__rollout_phase": "upgrade", "__rollout_retuned": False,
+                    "ansible_failed_task": {"name": "Sglang service | Fail with the journal and the classified failure"}}}
+    state = rollout.peers_state("m1", NODES, peers)
+    assert state == {"failed": ["m2 failed in phase upgrade (task 'Sglang service | Fail with the journal and the "
+                                "classified failure')"], "retuned": False}
+    # a node does not count its own failure as a peer's
+    assert rollout.peers_state("m2", NODES, peers)["failed"] == []
+    peers["m2"]["__rollout_retuned"] = True
+    assert rollout.peers_state("m1", NODES, peers)["retuned"] is True
