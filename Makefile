@@ -44,7 +44,7 @@ MOLECULE_SCENARIOS ?= nvidia_driver sglang
 # nvidia_driver does not support Debian 13 yet (its CUDA repository and packages): Debian 12 only.
 MOLECULE_SCENARIOS_TRIXIE ?= sglang
 
-.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others test-lane-hosts lint sanity units units-target-oldest other-cores functional sim simhosts molecule wheelhouse build ee changelog changelog-lint galaxy-importer new-user bench bench-engine bench-prediction bench-convergence bench-fleet bench-watch bench-quick clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others test-lane-hosts lint sanity units units-target-oldest other-cores functional sim simhosts molecule wheelhouse build ee changelog changelog-lint galaxy-importer new-user bench bench-engine bench-prediction bench-convergence bench-fleet bench-watch bench-rollout bench-quick clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
@@ -323,7 +323,7 @@ galaxy-importer: build $(IMPORTER_VENV)/.installed
 # to bench/results/make-bench.md.
 bench: venv wheelhouse
 	@started=$$(date +%s); \
-	$(MAKE) --no-print-directory bench-engine bench-prediction bench-convergence bench-fleet bench-watch || exit 1; \
+	$(MAKE) --no-print-directory bench-engine bench-prediction bench-convergence bench-fleet bench-watch bench-rollout || exit 1; \
 	seconds=$$(( $$(date +%s) - started )); \
 	printf '# make bench\n\nWall time %d min %d s on %s (%s cores), at %s.\n' $$((seconds / 60)) $$((seconds % 60)) \
 	  "$$(uname -m)" "$$(nproc)" "$$(git rev-parse --short HEAD 2>/dev/null || echo '?')" > bench/results/make-bench.md; \
@@ -336,7 +336,9 @@ bench-engine bench-prediction: bench-%: venv
 # The tuner against SGLang's documented procedure and its default on 16 simulated deployments; the fleet's cost on
 # 8 simulated hosts (root: systemd-nspawn).
 # The headroom watch's own cost (CPU, memory, bytes written) on one simulated host under traffic.
-bench-convergence bench-fleet bench-watch: bench-%: venv wheelhouse
+# An upgrade's cost on 5 simulated hosts (one server, two servers on a host, a server on two hosts) across a release
+# that changes memory, before and after issue 35 (root: systemd-nspawn).
+bench-convergence bench-fleet bench-watch bench-rollout: bench-%: venv wheelhouse
 	$(BIN)/python bench/bench_$*.py
 
 # Three deployments of the convergence matrix, in under 10 minutes.
