@@ -61,7 +61,8 @@ def host_clock(host: str) -> int:
 def batch_seconds(times_path: Path) -> list:
     """Wall time of each serial batch of the rollout play: from its first task to the end of its summary."""
     found, current, started = [], 0.0, False
-    for seconds, name in json.loads(times_path.read_text()):
+    for seconds, task in json.loads(times_path.read_text()):
+        name = task.split(" : ", 1)[-1]     # without the role's prefix
         if name.startswith("Rollout | Phase lock"):
             started = True
         if started:
@@ -87,6 +88,7 @@ def rollout(inventory: Path, hosts: list, reports: Path, collections: str | None
                            str(playbook_root / "playbooks" / "rollout.yml"), "-f", "10", "-e", f"sglang_version={NEW}",
                            "-e", f"rollout_report_dir={reports}", "-e", f"kv_tune_report_dir={reports / 'kv_tune'}",
                            *extra], check=False, env=env)
+    (reports / "ansible-playbook.log").write_text(done.stdout)
     rows = {}
     summary = reports / "rollout_summary.json"
     for row in json.loads(summary.read_text()) if summary.exists() else []:

@@ -49,7 +49,7 @@ _value:
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import rollout
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
-_READ = ("ansible_failed_task", "__rollout_phase", "__rollout_retuned")
+_READ = ("__rollout_phase", "__rollout_retuned")
 
 
 def rollout_peers(nodes, hostvars, host):
@@ -59,9 +59,14 @@ def rollout_peers(nodes, hostvars, host):
     for name in names:
         found = hostvars[name]
         peers[name] = {key: plain(found[key]) for key in _READ if key in found}
-        task = peers[name].get("ansible_failed_task")
-        if task is not None and not isinstance(task, dict):
-            peers[name]["ansible_failed_task"] = {"name": getattr(task, "name", str(task))}
+        # Ansible sets ansible_failed_result when a task of the host fails in a block with a rescue. Its task
+        # (ansible_failed_task) is not read: templating it would template the failed task's own arguments.
+        if "ansible_failed_result" in found:
+            try:
+                result = plain(found["ansible_failed_result"])
+            except Exception:  # pylint: disable=broad-exception-caught
+                result = {}
+            peers[name]["failed"] = {"msg": str((result or {}).get("msg") or "failed")}
     return rollout.peers_state(str(host), names, peers)
 
 

@@ -64,7 +64,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(retune) (bool) and C(cause) (C(memory), C(why)); C(roll_back) (bool), C(version) (the version to
+  description: C(retune) (bool), C(stop) (the units to stop before the re-tune, those whose last start failed) and
+    C(cause) (C(memory), C(why)); C(roll_back) (bool), C(version) (the version to
     reinstall, or V(null)), C(pins) (the kv_trial arguments that put back each unit's pin, with C(unit)),
     C(restart) (the units to restart after it); C(undrain) (bool), C(gate) (whether to check a real generation
     from each server), C(no_record) (a roll-back was due but no version was recorded).

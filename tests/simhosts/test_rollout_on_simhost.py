@@ -6,7 +6,7 @@ upgraded to 0.5.10 with -e sglang_version=0.5.10:
 
 - simroll1, the canary: two servers (sglang@a on GPUs 0-3, sglang@b on GPUs 4-7, Llama-3.1-70B at TP4 each), which
   the rollout upgrades, gates, re-tunes and rolls back together;
-- simroll2: the field case, one server.
+- simroll2: the field case, one server, its pins capping the pool at the verified one (kv_tune_pin_tokens).
 
 First a release that crashes at startup on the canary (the simulator's crash_at_startup fault, for servers of 0.5.10
 only): not a lack of memory, so both its servers are rolled back. Then a re-tune that pins and then fails: both pins
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from simhost_lib import (FACT_FILE, REPO, ansible_journal, controller, deployed, invocation, play, running_fraction,
-                         server_argv, set_faults, ssh, tune, wait_for, write_host_vars)
+from simhost_lib import (FACT_FILE, REPO, ansible_journal, controller, deployed, fact, invocation, play,
+                         running_fraction, server_argv, set_faults, ssh, tune, wait_for, write_host_vars)
 
 PREFIX = "simroll"
 CANARY, FIELD = f"{PREFIX}1", f"{PREFIX}2"
@@ -49,7 +49,8 @@ HOST_VARS = {
              "sglang_service_server_args": {"served_model_name": "llama-3.1-70b-instruct", "tp_size": 4},
              "sglang_service_instances": [{"name": "a", "server_args": {"port": 30001, "base_gpu_id": 0}},
                                           {"name": "b", "server_args": {"port": 30002, "base_gpu_id": 4}}]},
-    FIELD: {"sglang_service_api_key": API_KEY},
+    # its pins cap the pool at the verified one (kv_tune_pin_tokens)
+    FIELD: {"sglang_service_api_key": API_KEY, "kv_tune_pin_tokens": True},
 }
 # 0.5.10 on the canary: about 6 GiB more for its CUDA graphs than 0.5.9 (a release whose graph reserve grew): the
 # largest value that starts drops from 0.976 to 0.902 (the simulator's oracle), under the pins tuned on 0.5.9.
@@ -192,6 +193,9 @@ def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
     rollout re-tunes both servers for 0.5.10 instead of rolling back (issue 35, item 2). The field host upgrades and
     re-tunes as usual."""
     values_before = {unit: running_fraction(CANARY, unit) for unit in SERVERS[CANARY]}
+    old_cap = fact(FIELD)["max_total_tokens"]
+    assert old_cap, fact(FIELD)
+    since = ssh(FIELD, "date +%s").strip()
     set_faults(CANARY, _memory_for_sglang_versions=LARGER_GRAPHS)
     run = rollout(fleet, tmp_path, lb, cmdline="-vvv", sglang_version="0.5.10")
     assert run.status == "successful", run.stdout[-8000:]
@@ -226,6 +230,13 @@ def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
     assert (rows[FIELD]["before"]["sglang"], rows[FIELD]["after"]["sglang"]) == ("0.5.9", "0.5.10")
     tuned = json.loads((tmp_path / "kv_tune" / f"{FIELD}.json").read_text())
     assert "versions.sglang" in tuned["why"], tuned["why"]
+    # issue 35, item 4: 0.5.9's pool cap was never carried into a start of 0.5.10 (SGLang logs its arguments at each
+    # start), and the pin verified on 0.5.10 caps the pool anew.
+    starts = ssh(FIELD, f"journalctl -u sglang.service --since @{since} -o cat --no-pager | grep -o "
+                        "'max_total_tokens=[0-9A-Za-z]*' || true").split()
+    assert starts and f"max_total_tokens={old_cap}" not in starts, (old_cap, starts)
+    pinned = fact(FIELD)
+    assert pinned["fingerprint"]["versions"]["sglang"] == "0.5.10" and pinned["max_total_tokens"] == pinned["tokens"]
 
 
 def test_a_second_rollout_changes_nothing(fleet, tmp_path, lb):

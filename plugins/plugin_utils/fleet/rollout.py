@@ -91,7 +91,7 @@ def failure_cause(boots: Any, node_boots: dict[str, Any] | None = None) -> dict[
         failure = boot.get("failure") or {}
         if not failure.get("kind"):
             continue
-        text = ("%s: %s: %s" % (label, failure["kind"], failure.get("line") or "")).rstrip(": ")
+        text = ("%s: %s: %s" % (label, failure["kind"], _short(failure.get("line"), 160))).rstrip(": ")
         if failed_start(boot, label, "") is None:
             memory.append(text)
         elif node_boots is not None and failure["kind"] == "nccl_error":
@@ -107,16 +107,16 @@ def failure_cause(boots: Any, node_boots: dict[str, Any] | None = None) -> dict[
 
 def peers_state(host: str, nodes: Sequence[str], peers: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """What the other nodes of ``host``'s server (``nodes``: its hosts by rank; ``peers``: host -> the rollout's
-    variables there) say at a step where every node waits for the others: ``failed``, each peer that failed
-    ("host: in phase P, task 'T'"), and ``retuned``, whether every node kept the re-tune after a lack of memory. The
-    nodes of a server change together, so a node stops where a peer failed, and keeps a re-tune only with all."""
+    variables there, with ``failed``: {msg} where a task of it failed) say at a step where every node waits for the
+    others: ``failed``, each peer that failed ("host failed in phase P: msg"), and ``retuned``, whether every node
+    kept the re-tune after a lack of memory. The nodes of a server change together, so a node stops where a peer
+    failed, and keeps a re-tune only with all."""
     failed = []
     for peer in nodes:
         values = peers.get(peer) or {}
-        if peer != host and values.get("ansible_failed_task") is not None:
-            task = values["ansible_failed_task"]
-            failed.append("%s failed in phase %s (task '%s')" % (
-                peer, values.get("__rollout_phase", "?"), task.get("name", "?") if isinstance(task, dict) else task))
+        if peer != host and values.get("failed"):
+            failed.append("%s failed in phase %s: %s" % (peer, values.get("__rollout_phase", "?"),
+                                                         _short(values["failed"].get("msg"), 200)))
     return {"failed": failed, "retuned": all((peers.get(peer) or {}).get("__rollout_retuned") for peer in nodes)}
 
 
@@ -126,8 +126,8 @@ def rescue_plan(phase: str, before: Any = None, boots: Any = None, retune: bool 
     the upgrade) and, for a failure in RETUNE_PHASES, ``boots`` (sglang_startup_facts per unit, read after it):
 
     - ``retune``: the servers failed for a lack of memory (``cause``, failure_cause) and ``retune`` (rollout_retune)
-      allows it: re-tune them for the new release from a safe start (the kv_tune role), and roll back only when that
-      fails (then ask again with phase ``retune``);
+      allows it: stop those whose last start failed (``stop``), re-tune them all for the new release from a safe
+      start (the kv_tune role), and roll back only when that fails (then ask again with phase ``retune``);
     - ``roll_back`` (reinstall ``version``, the SGLang version recorded before, put back each unit's pin,
       ``pins``: pin_restore per unit, and restart ``restart``, the units whose pin restore does not restart them)
       for any other failure after the upgrade began; ``no_record``: one was due, but no version was recorded to
@@ -151,7 +151,11 @@ def rescue_plan(phase: str, before: Any = None, boots: Any = None, retune: bool 
         pins = {unit: pin for unit, res in befores.items() if (pin := pin_restore(res)) is not None}
     restart = [unit for unit in befores if roll_back and pins.get(unit, {}).get("state") != "reset"]
     undrain = phase in ("drain",) + CHANGED_PHASES
-    return {"phase": phase, "retune": retune_now, "cause": cause, "roll_back": roll_back,
+    # The servers whose last start failed on the old pin: stopped before the re-tune (systemd would start them
+    # again and again on the value that fails).
+    stop = [unit for unit, boot in per_unit(boots).items() if ((boot or {}).get("failure") or {}).get("kind")]
+    return {"phase": phase, "retune": retune_now, "stop": stop if retune_now else [], "cause": cause,
+            "roll_back": roll_back,
             "version": version if roll_back else None, "undrain": undrain, "gate": roll_back or undrain or retune_now,
             "no_record": due and not version, "pins": [dict(pin, unit=unit) for unit, pin in pins.items()],
             "restart": restart}
@@ -172,6 +176,27 @@ def pin_restore(before: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     text = entry.get("text") or value_text(entry["mem_fraction_static"])
     return {"state": "committed", "value": text, "fact": entry}
+
+
+def uncapped_pins(before: Any, on_disk: Any) -> list[dict[str, Any]]:
+    """The pins whose pool cap (kv_tune_pin_tokens' max_total_tokens, sized for the cell of the release it was
+    verified on) the upgrade's restart must not carry into the new release, as kv_trial arguments: each unit whose
+    pin has a cap (``before``: kv_fingerprint per unit before the upgrade) and whose fingerprint on disk, once the new
+    SGLang, driver or model is installed (``on_disk``: kv_fingerprint per unit then), is no longer the one the pin
+    was verified with: {unit, value, fact}, the same entry without its cap. The re-tune then pins (and caps) anew;
+    a roll-back puts the whole entry back (pin_restore)."""
+    found = []
+    now = per_unit(on_disk)
+    for unit, res in per_unit(before).items():
+        entry = (res or {}).get("pin")
+        if not isinstance(entry, dict) or kv_pin.check_entry(entry) is not None or entry.get("max_total_tokens") is None:
+            continue
+        digest = (now.get(unit) or {}).get("fingerprint_hash")
+        if digest and digest != entry.get("fingerprint_hash"):
+            fact = {key: value for key, value in entry.items() if key != "max_total_tokens"}
+            found.append({"unit": unit, "value": entry.get("text") or value_text(entry["mem_fraction_static"]),
+                          "fact": fact})
+    return found
 
 
 def _versions(fingerprint_result: dict[str, Any] | None) -> dict[str, Any]:

@@ -74,6 +74,8 @@ def test_a_lack_of_memory_on_the_new_release_is_re_tuned_anything_else_rolled_ba
         plan = rollout.rescue_plan(phase, BEFORE, boots=boots)
         assert plan["retune"] is memory and plan["cause"]["memory"] is memory
         assert plan["roll_back"] is not memory and plan["gate"] and plan["undrain"]
+        assert plan["stop"] == ([unit for unit, boot in rollout.per_unit(boots).items() if boot["failure"]]
+                                if memory else [])
     cause = rollout.failure_cause(boots)["why"]
     assert cause.startswith("a lack of memory on the old pin (") if memory else "lack of memory on" not in cause
 
@@ -352,10 +354,10 @@ def test_a_kept_cause_survives_the_plan_after_a_failed_re_tune():
 def test_a_node_sees_its_peers_failure_and_whether_all_kept_the_re_tune():
     peers = {"m1": {"__rollout_phase": "upgrade", "__rollout_retuned": True},
              "m2": {"__rollout_phase": "upgrade", "__rollout_retuned": False,
-                    "ansible_failed_task": {"name": "Sglang service | Fail with the journal and the classified failure"}}}
+                    "failed": {"msg": "sglang.service did not answer a real generation\n(unit_restarted)"}}}
     state = rollout.peers_state("m1", NODES, peers)
-    assert state == {"failed": ["m2 failed in phase upgrade (task 'Sglang service | Fail with the journal and the "
-                                "classified failure')"], "retuned": False}
+    assert state == {"failed": ["m2 failed in phase upgrade: sglang.service did not answer a real generation "
+                                "(unit_restarted)"], "retuned": False}
     # a node does not count its own failure as a peer's
     assert rollout.peers_state("m2", NODES, peers)["failed"] == []
     peers["m2"]["__rollout_retuned"] = True
