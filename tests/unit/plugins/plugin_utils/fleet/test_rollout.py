@@ -362,3 +362,30 @@ def test_a_node_sees_its_peers_failure_and_whether_all_kept_the_re_tune():
     assert rollout.peers_state("m2", NODES, peers)["failed"] == []
     peers["m2"]["__rollout_retuned"] = True
     assert rollout.peers_state("m1", NODES, peers)["retuned"] is True
+
+
+CAPPED = dict(PIN_059, fingerprint_hash="b" * 64, max_total_tokens=150000)
+
+
+@pytest.mark.parametrize("pin, on_disk_hash, dropped", [
+    # issue 35, item 4: 0.5.10 is installed, the fingerprint on disk changed: the cap sized for 0.5.9's cells goes
+    (CAPPED, "c" * 64, True),
+    # nothing changed on disk (a rollout with nothing to do): the cap stays
+    (CAPPED, "b" * 64, False),
+    # no cap, a cap decided against (a hybrid model), no pin, a pin that cannot be read: nothing to drop
+    (dict(CAPPED, max_total_tokens=None), "c" * 64, False),
+    (None, "c" * 64, False),
+    ({"mem_fraction_static": "high"}, "c" * 64, False),
+    # the unit could not be fingerprinted on disk: left as it is (the restart's own checks fail it)
+    (CAPPED, None, False),
+])
+def test_a_pool_cap_of_the_old_release_is_not_carried_into_the_new_one(pin, on_disk_hash, dropped):
+    before = [fingerprint("0.5.9", pin=pin)]
+    on_disk = [dict(fingerprint("0.5.10"), fingerprint_hash=on_disk_hash)]
+    found = rollout.uncapped_pins(before, on_disk)
+    if dropped:
+        assert found == [{"unit": UNIT, "value": "0.850", "fact": {k: v for k, v in CAPPED.items()
+                                                                   if k != "max_total_tokens"}}]
+        assert "max_total_tokens" not in found[0]["fact"] and found[0]["fact"]["tokens"] == 150000
+    else:
+        assert found == []
