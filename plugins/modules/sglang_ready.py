@@ -15,9 +15,10 @@ description:
     until it answers with HTTP 200, for at most O(timeout) seconds. C(/health) alone is not trusted, it can answer
     while the engine hangs."
   - With O(unit), checks the systemd unit between polls and stops at once when it is no longer starting or running
-    (C(failed), C(inactive)) or when it was started again (a crash during startup that systemd restarted, or any
-    other restart, seen by a new C(InvocationID)). A server that cannot start is reported in seconds, not after
-    O(timeout). When ready, RV(invocation_id) names the start of the unit that answered.
+    (C(failed), C(inactive), or C(auto-restart): its process died and systemd waits C(RestartSec) to start it again
+    on the same command line) or when it was started again (any other restart, seen by a new C(InvocationID)). A
+    server that cannot start is reported in seconds, before systemd starts it again, not after O(timeout). When
+    ready, RV(invocation_id) names the start of the unit that answered.
   - Not becoming ready is a result (RV(ready=false) with RV(reason)), not a module failure, so that a caller can
     classify it; the module fails only on invalid options.
 attributes:
@@ -222,7 +223,9 @@ def main() -> None:
             stop(True, None, "HTTP 200", state)
         if unit:
             detail = " ".join("%s=%s" % item for item in sorted(state.items()))
-            if state.get("ActiveState") in ("failed", "inactive"):
+            # auto-restart: this start's process died, and systemd starts another after RestartSec (a model load on
+            # the same value, which a caller that acts now can spare).
+            if state.get("ActiveState") in ("failed", "inactive") or state.get("SubState") == "auto-restart":
                 stop(False, "unit_failed", detail)
             if _restarted(first, state):
                 stop(False, "unit_restarted", detail)
