@@ -15,8 +15,8 @@ description:
     until it answers with HTTP 200, for at most O(timeout) seconds. C(/health) alone is not trusted, it can answer
     while the engine hangs."
   - With O(unit), checks the systemd unit between polls and stops at once when it is no longer starting or running
-    (C(failed), C(inactive), or C(auto-restart): its process died and systemd waits C(RestartSec) to start it again
-    on the same command line) or when it was started again (any other restart, seen by a new C(InvocationID)). A
+    (C(failed), C(inactive), or C(auto-restart), where its process died and systemd waits C(RestartSec) to start it
+    again on the same command line) or when it was started again (any other restart, seen by a new C(InvocationID)). A
     server that cannot start is reported in seconds, before systemd starts it again, not after O(timeout). When
     ready, RV(invocation_id) names the start of the unit that answered.
   - Not becoming ready is a result (RV(ready=false) with RV(reason)), not a module failure, so that a caller can

@@ -82,7 +82,7 @@ def failure_cause(boots: Any, node_boots: dict[str, Any] | None = None) -> dict[
     hosts, a node's lost connection (nccl_error) beside another node's lack of memory is only its echo. Anything
     else (a crash, an import error, weights that do not fit, a gate that failed with no failure in any log) is not.
     Returns {memory, why}."""
-    starts = [(unit, boot) for unit, boot in per_unit(boots).items()] if node_boots is None else [
+    starts = list(per_unit(boots).items()) if node_boots is None else [
         ("%s %s" % (host, unit), boot) for host, results in node_boots.items() for unit, boot in per_unit(results).items()]
     memory: list[str] = []
     other: list[str] = []
