@@ -18,15 +18,14 @@ from simhost_lib import cannot_run_nspawn, in_ci
 _FILE = Path(__file__).resolve().parents[2] / ".tmp" / "simhosts-measured.txt"
 
 # Seconds each file takes (setup + calls + teardown: `make simhosts`' .tmp/simhosts-junit.xml on the 2-core machine,
-# 2026-12-06 at 62e948d, three workers, 57 min of test time in all, less the tests cut since; the rollout and
-# multinode files as measured alone at issue 35). The files run longest
-# first, so that the workers end together (`make simhosts` passes --no-loadscope-reorder, else pytest-xdist
-# orders the files by their number of tests); a file not listed runs last.
+# 2026-12-06 at a897c1b, issue 35, three workers, 67 min of test time in all). The files run longest first, so that
+# the workers end together (`make simhosts` passes --no-loadscope-reorder, else pytest-xdist orders the files by
+# their number of tests); a file not listed runs last.
 FILE_SECONDS = {
-    "test_rollout_on_simhost.py": 560, "test_multinode_on_simhost.py": 560, "test_tune_kv_faults_on_simhost.py": 500,
-    "test_tune_kv_on_simhost.py": 389, "test_units_on_simhost.py": 360, "test_kv_watch_on_simhost.py": 288,
-    "test_fleet_on_simhost.py": 230, "test_site_on_simhost.py": 203, "test_hybrid_on_simhost.py": 173,
-    "test_collection_on_simhost.py": 29, "test_simhosts.py": 28,
+    "test_rollout_on_simhost.py": 935, "test_multinode_on_simhost.py": 693, "test_tune_kv_on_simhost.py": 516,
+    "test_tune_kv_faults_on_simhost.py": 500, "test_kv_watch_on_simhost.py": 379, "test_units_on_simhost.py": 373,
+    "test_fleet_on_simhost.py": 250, "test_hybrid_on_simhost.py": 174, "test_site_on_simhost.py": 130,
+    "test_simhosts.py": 36, "test_collection_on_simhost.py": 32,
 }
 
 

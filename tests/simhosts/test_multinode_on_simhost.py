@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simhost_lib import (HOST_JSON, PIN_DROPIN, REPO, SAFETY_GIB, TRIAL_DROPIN, ansible, ansible_journal, controller,
-                         deployed, fact, invocation, play, running_fraction, server_argv, set_faults, ssh,
+from simhost_lib import (HOST_JSON, PIN_DROPIN, PLOT_OFF, REPO, SAFETY_GIB, TRIAL_DROPIN, ansible, ansible_journal,
+                         controller, deployed, fact, invocation, play, running_fraction, server_argv, set_faults, ssh,
                          trial_left, tune, wait_for, write_host_vars)
 
 PREFIX = "simnodes"
@@ -394,10 +394,10 @@ def _installed(host: str) -> str:
 def _rollout(server: Path, reports: Path, **extravars):
     return play(server, playbook=REPO / "playbooks" / "rollout.yml",
                 extravars={"rollout_report_dir": str(reports), "kv_tune_report_dir": str(reports / "kv_tune"),
-                           "sglang_version": "0.5.10", **extravars})
+                           "sglang_version": "0.5.10", **PLOT_OFF, **extravars})
 
 
-def _serves() -> bool:
+def _node_0_generates() -> bool:
     """Node 0 answers a real generation (with the API key) within 2 minutes."""
     script = ("import json, urllib.request; r = urllib.request.urlopen(urllib.request.Request("
               "'http://127.0.0.1:30000/generate', data=json.dumps({'text': 'Hi', 'sampling_params': "
@@ -428,7 +428,7 @@ def test_a_release_that_crashes_on_node_1_rolls_both_nodes_back_together(server,
         assert _installed(host) == "0.5.9" and fact(host) == pinned[host], host
         assert running_fraction(host) == pytest.approx(pinned[host]["mem_fraction_static"])
     assert "crash" in rows[NODES[0]]["cause"]
-    assert _serves()
+    assert _node_0_generates()
 
 
 def test_a_rollout_upgrades_both_nodes_together_and_re_tunes_the_server_as_one(server, tmp_path):
@@ -443,4 +443,4 @@ def test_a_rollout_upgrades_both_nodes_together_and_re_tunes_the_server_as_one(s
     assert fact(NODES[0])["mem_fraction_static"] == fact(NODES[1])["mem_fraction_static"]
     assert running_fraction(NODES[0]) == running_fraction(NODES[1])
     assert "node 1 of the server led by %s" % NODES[0] in run.stdout
-    assert _serves()
+    assert _node_0_generates()

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from simhost_lib import (FACT_FILE, REPO, ansible_journal, controller, deployed, fact, invocation, play,
+from simhost_lib import (FACT_FILE, PLOT_OFF, REPO, ansible_journal, controller, deployed, fact, invocation, play,
                          running_fraction, server_argv, set_faults, ssh, tune, wait_for, write_host_vars)
 
 PREFIX = "simroll"
@@ -98,7 +98,7 @@ def lb():
 
 
 def rollout(fleet: Path, reports: Path, lb: LoadBalancer, cmdline: str | None = None, **extravars):
-    extravars = {"rollout_report_dir": str(reports), "kv_tune_report_dir": str(reports / "kv_tune"),
+    extravars = {"rollout_report_dir": str(reports), "kv_tune_report_dir": str(reports / "kv_tune"), **PLOT_OFF,
                  "rollout_drain_tasks": str(HOOKS / "example_lb_drain.yml"),
                  "rollout_undrain_tasks": str(HOOKS / "example_lb_undrain.yml"),
                  "example_lb_url": "http://127.0.0.1:%d" % lb.server_address[1], **extravars}
