@@ -21,15 +21,13 @@ options:
     type: list
     elements: str
     required: true
-  hostvars:
-    description: C(hostvars).
-    type: dict
-    required: true
   serial:
     description: Servers per batch, as Ansible's C(serial) (a count or a percentage, or a list of them, the last
       repeated); C(rollout_serial).
     type: raw
     default: [1, "25%"]
+extends_documentation_fragment:
+  - llmserve.sglang.hostvars
 """
 
 EXAMPLES = r"""

@@ -29,14 +29,12 @@ options:
     type: list
     elements: str
     required: true
-  hostvars:
-    description: C(hostvars).
-    type: dict
-    required: true
   playbook_dir:
     description: Where relative hook paths are resolved (C(playbook_dir)).
     type: str
     required: true
+extends_documentation_fragment:
+  - llmserve.sglang.hostvars
 """
 
 EXAMPLES = r"""

@@ -21,14 +21,12 @@ options:
     type: list
     elements: str
     required: true
-  hostvars:
-    description: C(hostvars).
-    type: dict
-    required: true
   host:
     description: This host (C(inventory_hostname)).
     type: str
     required: true
+extends_documentation_fragment:
+  - llmserve.sglang.hostvars
 """
 
 EXAMPLES = r"""
