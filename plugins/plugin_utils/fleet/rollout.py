@@ -161,6 +161,11 @@ def rescue_plan(phase: str, before: Any = None, boots: Any = None, retune: bool 
             "restart": restart}
 
 
+def _entry_text(entry: dict[str, Any]) -> str:
+    """The pinned value of a fact entry as written: its text, else the value's own shortest form."""
+    return entry.get("text") or value_text(entry["mem_fraction_static"])
+
+
 def pin_restore(before: dict[str, Any] | None) -> dict[str, Any] | None:
     """The kv_trial arguments that make a unit's pin the one recorded ``before`` the upgrade (its kv_fingerprint
     result): that entry committed again (drop-in and fact, no restart), or the pin reset where there was none (a
@@ -174,7 +179,7 @@ def pin_restore(before: dict[str, Any] | None) -> dict[str, Any] | None:
         return {"state": "reset"}
     if kv_pin.check_entry(entry) is not None:
         return None
-    text = entry.get("text") or value_text(entry["mem_fraction_static"])
+    text = _entry_text(entry)
     return {"state": "committed", "value": text, "fact": entry}
 
 
@@ -194,7 +199,7 @@ def uncapped_pins(before: Any, on_disk: Any) -> list[dict[str, Any]]:
         digest = (now.get(unit) or {}).get("fingerprint_hash")
         if digest and digest != entry.get("fingerprint_hash"):
             fact = {key: value for key, value in entry.items() if key != "max_total_tokens"}
-            found.append({"unit": unit, "value": entry.get("text") or value_text(entry["mem_fraction_static"]),
+            found.append({"unit": unit, "value": _entry_text(entry),
                           "fact": fact})
     return found
 
@@ -212,7 +217,7 @@ def pin_numbers(fingerprint_result: dict[str, Any] | None) -> dict[str, Any] | N
     entry = (fingerprint_result or {}).get("pin")
     if not isinstance(entry, dict) or kv_pin.check_entry(entry) is not None:
         return None
-    return {"value": entry.get("text") or value_text(entry["mem_fraction_static"]), "tokens": entry.get("tokens")}
+    return {"value": _entry_text(entry), "tokens": entry.get("tokens")}
 
 
 def _pin_text(pin: dict[str, Any] | None) -> str:
