@@ -21,7 +21,8 @@ PREFIX = "ansible_collections.llmserve.sglang."
 # What `ansible-test units` puts beside the standard library: ansible-core and its requirements, its pytest plugins,
 # and tests/unit/requirements.txt (nvidia-ml-py is imported as pynvml).
 UNITS_PACKAGES = {"ansible", "jinja2", "markupsafe", "yaml", "cryptography", "packaging", "resolvelib", "pytest",
-                  "_pytest", "mock", "pytest_mock", "xdist", "pynvml"}
+                  "_pytest", "mock", "pytest_mock", "xdist", "pynvml",
+                  "prometheus_client"}   # tests/unit/requirements.txt
 
 
 @pytest.fixture(scope="module")

@@ -14,15 +14,27 @@ value is named as the reason to tune again, and the re-tune pins what holds with
 kv_tune_pin_tokens the pin caps the pool at the verified one: turned on, without a restart; after the memory is
 freed again, a restart serves the verified pool, not a larger one, and the pin still holds. The capacity report
 shows the production headroom and draws its timeline.
+
+The host also runs node_exporter (Debian's prometheus-node-exporter, installed by apt before site.yml, as on a
+monitored fleet), whose textfile collector serves the watch's metrics; the near miss fires LlmserveKvNearMiss in a
+real Prometheus (Debian's prometheus, on the controller) that scrapes it with the collection's alerting rules.
 """
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
 
 import pytest
+import yaml
 
-from simhost_lib import (REPO, ansible, deployed, fact, invocation, play, report, running_fraction, set_faults, ssh, tune,
-                         wait_for)
+from simhost_lib import (REPO, address, ansible, deployed, fact, invocation, play, report, running_fraction, set_faults,
+                         ssh, tune, wait_for)
 
 PREFIX = "simwatch"
 HOST = f"{PREFIX}1"
@@ -36,12 +48,63 @@ DEPLOY = {"sglang_service_kv_watch": True, "sglang_service_kv_watch_interval": 1
 JUDGE = {"kv_tune_watch_headroom_hours": 0.0005, "kv_tune_watch_full_usage": 0.6}
 FULL = {"headroom_hours": 0.0005, "full_usage": 0.6}
 RES = 0.005   # the tuner's grid (kv_tune_resolution's default)
+# The watch's metrics, in node_exporter's textfile directory (the role's default, Debian's node_exporter's own).
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+TEXTFILE = f"{TEXTFILE_DIR}/llmserve_kv_sglang.prom"
+PROMETHEUS_DIR = REPO / ".tmp" / "prometheus"   # make prometheus-debs (tools/prometheus/fetch_debs.py)
+RULES = REPO / "monitoring" / "prometheus" / "llmserve-kv.rules.yml"
+
+
+def prometheus_debs() -> Path:
+    """Debian's prometheus and node_exporter packages, pinned (`make simhosts` fetches them first)."""
+    if not (PROMETHEUS_DIR / "root" / ".unpacked").exists():
+        subprocess.run([sys.executable, str(REPO / "tools" / "prometheus" / "fetch_debs.py"), str(PROMETHEUS_DIR)],
+                       check=True, capture_output=True, timeout=600)
+    return PROMETHEUS_DIR
+
+
+def install_node_exporter(_inventory) -> None:
+    """Debian's node_exporter on the host, installed by its apt from the pinned package."""
+    deb = base64.b64encode((prometheus_debs() / "prometheus-node-exporter.deb").read_bytes()).decode()
+    ssh(HOST, "base64 -d > /tmp/node-exporter.deb && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+              "/tmp/node-exporter.deb > /tmp/node-exporter.log 2>&1 && rm /tmp/node-exporter.deb", stdin=deb)
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    with deployed(tmp_path_factory.mktemp("simwatch"), PREFIX, ["single-gpu"], extravars=DEPLOY) as inventory:
+    with deployed(tmp_path_factory.mktemp("simwatch"), PREFIX, ["single-gpu"], extravars=DEPLOY,
+                  prepare=install_node_exporter) as inventory:
         yield inventory
+
+
+@contextlib.contextmanager
+def prometheus(tmp: Path, target: str):
+    """A real Prometheus on the controller, scraping ``target`` (node_exporter) every second and evaluating the
+    collection's alerting rules every second; its API's URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [str(RULES)],
+              "scrape_configs": [{"job_name": "node", "static_configs": [{"targets": [target]}]}]}
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    with (tmp / "prometheus.log").open("w") as log:
+        server = subprocess.Popen([str(prometheus_debs() / "root" / "usr" / "bin" / "prometheus"),
+                                   f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def alerts(url: str) -> list:
+    """The alerts Prometheus holds (pending or firing); none while it starts."""
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/alerts", timeout=5) as answer:
+            return json.load(answer)["data"]["alerts"]
+    except OSError:
+        return []
 
 
 def windows(since: float = 0.0) -> list[dict]:
@@ -76,7 +139,11 @@ def test_the_watch_runs_as_its_own_user_and_the_server_cannot_write_what_it_keep
     assert record["pool_tokens"] > 0 and record["errors"] == {}, record
     owner = ssh(HOST, f"stat -L -c %U {STATE}").strip()
     assert owner not in ("root", "sglang"), owner
-    for path in (STATE, "/usr/local/lib/llmserve-kv-watch/llmserve_kv_watch.py",
+    # the watch's metrics: its own file in node_exporter's directory, which the server's user cannot write either
+    assert wait_for(lambda: ssh(HOST, f"test -s {TEXTFILE} && echo yes || true").strip() == "yes", 30)
+    assert ssh(HOST, f"stat -c %U {TEXTFILE}").strip() == owner
+    assert 'llmserve_kv_verdict{unit="sglang.service",verdict="no_pin"} 1.0' in ssh(HOST, f"cat {TEXTFILE}")
+    for path in (STATE, TEXTFILE, TEXTFILE_DIR, "/usr/local/lib/llmserve-kv-watch/llmserve_kv_watch.py",
                  "/usr/local/lib/llmserve-kv-watch/ansible_collections/llmserve/sglang/plugins/module_utils/watch/sampler.py"):
         assert ssh(HOST, f"runuser -u sglang -- test -w {path} && echo writable || echo no").strip() == "no", path
     assert "Permission denied" in ssh(HOST, f"runuser -u sglang -- sh -c 'echo x >> {STATE}' 2>&1 || true")
@@ -103,11 +170,20 @@ def test_traffic_that_never_fills_the_pool_is_not_enough_traffic_and_a_full_pool
 def test_a_near_miss_under_real_traffic_lowers_the_pin_and_verifies_it(host, tmp_path):
     before = fact(HOST)["mem_fraction_static"]
     started = host_time()
-    # A fifth of the requests ask for the logprobs of their prompt's last 2,048 tokens: 0.98 GiB of logits in a
-    # full prefill chunk, more than the margin the stress load left.
-    traffic(8, 1.3, logprob_share=0.2, logprob_tokens=2048)
-    seen = windows(started)
-    assert min(record["least_free_gib"] for record in seen if record["least_free_gib"] is not None) < 1.0, seen
+    target = f"{address(HOST)}:9100"
+    with prometheus(tmp_path, target) as url:
+        # A fifth of the requests ask for the logprobs of their prompt's last 2,048 tokens: 0.98 GiB of logits in a
+        # full prefill chunk, more than the margin the stress load left.
+        traffic(8, 1.3, logprob_share=0.2, logprob_tokens=2048)
+        seen = windows(started)
+        assert min(record["least_free_gib"] for record in seen if record["least_free_gib"] is not None) < 1.0, seen
+        # The watch's next window says it in its metrics; node_exporter serves them, and Prometheus fires the alert.
+        assert wait_for(lambda: any(alert["state"] == "firing" and alert["labels"]["alertname"] == "LlmserveKvNearMiss"
+                                    for alert in alerts(url)), 60), \
+            (alerts(url), ssh(HOST, f"cat {TEXTFILE}"), (tmp_path / "prometheus.log").read_text()[-3000:])
+        fired = [alert for alert in alerts(url) if alert["labels"]["alertname"] == "LlmserveKvNearMiss"]
+        assert [(alert["labels"]["instance"], alert["labels"]["unit"]) for alert in fired] == \
+            [(target, "sglang.service")], fired
     run = tune(host, tmp_path, **JUDGE)
     assert run.status == "successful", run.stdout[-8000:]
     assert "a near miss under real traffic (the least free memory under traffic was" in run.stdout, run.stdout[-8000:]

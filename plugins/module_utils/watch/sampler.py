@@ -157,12 +157,15 @@ class Watcher:
     is root's to read (journal.attach_journal), not the watch's."""
 
     def __init__(self, unit: str, sources: Any, path: str, interval: Any, window: Any, keep: Any,
-                 log: Callable[[str], None] | None = None) -> None:
-        """Raises WatchError on an ``interval``, ``window`` or ``keep`` out of its range (BOUNDS)."""
+                 log: Callable[[str], None] | None = None,
+                 on_window: Callable[[], None] | None = None) -> None:
+        """Raises WatchError on an ``interval``, ``window`` or ``keep`` out of its range (BOUNDS). ``on_window`` is
+        called after each write of the state file (the watch's metrics file); its failure is said, never the end."""
         settings = check_settings({"interval": interval, "window": window, "keep": keep})
         self.unit, self.sources, self.path = unit, sources, path
         self.interval, self.window_seconds, self.keep = settings["interval"], settings["window"], settings["keep"]
         self.log = log or (lambda message: None)
+        self.on_window = on_window
         self.window: Window | None = None
         self.pending: list[dict[str, Any]] = []   # windows not written yet (the disk was full): kept, bounded by keep
         self.counter: tuple[Any, int] | None = None   # (invocation, last retraction counter)
@@ -254,3 +257,8 @@ class Watcher:
         if self.last_problem and self.last_problem.startswith("cannot write"):
             self._say("%s written again, with the %d window(s) kept meanwhile" % (self.path, len(self.pending)))
         self.pending = []
+        if self.on_window is not None:
+            try:
+                self.on_window()
+            except Exception as exc:  # pylint: disable=broad-except  # the metrics file is extra, the windows are not
+                self._say("cannot write the watch's metrics: %s" % (exc,))

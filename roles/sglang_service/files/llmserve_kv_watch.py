@@ -8,8 +8,9 @@ and run by llmserve-kv-watch-<unit>.service:
         --state /var/lib/llmserve-kv-watch-sglang/windows.jsonl
 
 Every --interval seconds: the unit's GPUs (NVML, else nvidia-smi), its /metrics and systemd's view of it; at the end
-of each --window, one line of JSON in the state file (at most --keep lines). The logic is the collection's
-module_utils/watch/sampler.py, installed beside this script; this file only reads the host.
+of each --window, one line of JSON in the state file (at most --keep lines) and, with --textfile-dir, the verdict on the
+pin and its numbers as Prometheus metrics for node_exporter's textfile collector. The logic is the collection's
+module_utils/watch/ (sampler.py, exposition.py), installed beside this script; this file only reads the host.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ sys.path.insert(0, LIBRARY)
 # pylint: disable=wrong-import-position
 from ansible_collections.llmserve.sglang.plugins.module_utils.host import gpu_probe, host_commands, host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
-from ansible_collections.llmserve.sglang.plugins.module_utils.watch import sampler, settings
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch import exposition, sampler, settings, store
 from ansible_collections.llmserve.sglang.plugins.module_utils.watch.metrics import fetch_metrics  # noqa: E402
 
 C_LOCALE = dict(os.environ, **host_commands.C_LOCALE)
@@ -75,6 +76,24 @@ class Sources:
         return fetch_metrics(self.url)
 
 
+def exporter(args, textfile):
+    """What the watch does after each window with --textfile-dir: its windows and the tuner's pin, judged, as metrics
+    in ``textfile``."""
+    def export():
+        records, _unreadable = store.read_records(args.state)
+        try:
+            with open(args.fact_path, encoding="utf-8") as handle:
+                fact_text = handle.read()
+        except FileNotFoundError:
+            fact_text = None      # not tuned yet: no pin to judge
+        metrics = exposition.unit_samples(
+            args.unit, fact_text, args.fact_path, records, args.window, full_usage=args.full_usage,
+            headroom_hours=args.headroom_hours, headroom_steps=args.headroom_steps,
+            storm_retractions=args.storm_retractions)
+        exposition.write_textfile(textfile, metrics)
+    return export
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--unit", required=True)
@@ -84,19 +103,32 @@ def main(argv=None):
     parser.add_argument("--window", type=float, default=300.0)
     parser.add_argument("--keep", type=int, default=4032)
     parser.add_argument("--prefer", default="auto", choices=gpu_probe.PREFER_CHOICES)
+    parser.add_argument("--textfile-dir", help="node_exporter's textfile directory, where the watch writes "
+                                               "llmserve_kv_<unit>.prom after each window (none: no metrics)")
+    parser.add_argument("--fact-path", default=kv_pin.FACT_PATH, help="the tuner's pins, which the verdict judges")
+    parser.add_argument("--full-usage", type=float, default=settings.FULL_USAGE)
+    parser.add_argument("--headroom-hours", type=float, default=24.0)
+    parser.add_argument("--headroom-steps", type=int, default=2)
+    parser.add_argument("--storm-retractions", type=int, default=20)
     args = parser.parse_args(argv)
     try:
         # The ranges of settings.BOUNDS (keep 0 would let the state file grow without bound), before anything runs.
-        settings.check_settings({"interval": args.interval, "window": args.window, "keep": args.keep}, prefix="--")
+        settings.check_settings({"interval": args.interval, "window": args.window, "keep": args.keep,
+                                 "full_usage": args.full_usage, "headroom_hours": args.headroom_hours,
+                                 "headroom_steps": args.headroom_steps, "storm_retractions": args.storm_retractions},
+                                prefix="--")
+        textfile = os.path.join(args.textfile_dir, exposition.textfile_name(args.unit)) if args.textfile_dir else None
     except settings.WatchError as exc:
         parser.error(str(exc))
     url = args.url
     watcher = sampler.Watcher(args.unit, Sources(args.unit, url, args.prefer), args.state, args.interval,
-                              args.window, args.keep, log=lambda line: print(line, flush=True))
+                              args.window, args.keep, log=lambda line: print(line, flush=True),
+                              on_window=exporter(args, textfile) if textfile else None)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    print("watching %s (%s) every %ss, a window every %ss, into %s"
-          % (args.unit, url, args.interval, args.window, args.state), flush=True)
+    print("watching %s (%s) every %ss, a window every %ss, into %s%s"
+          % (args.unit, url, args.interval, args.window, args.state,
+             " and %s" % textfile if textfile else ""), flush=True)
     while not stop.is_set():
         started = time.monotonic()
         watcher.step(time.time())

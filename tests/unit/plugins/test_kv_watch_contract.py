@@ -22,6 +22,8 @@ ROLE_VARIABLES = [
     ("sglang_service", "sglang_service_kv_watch_interval", "interval"),
     ("sglang_service", "sglang_service_kv_watch_window", "window"),
     ("sglang_service", "sglang_service_kv_watch_keep", "keep"),
+    ("sglang_service", "sglang_service_kv_watch_headroom_hours", "headroom_hours"),
+    ("sglang_service", "sglang_service_kv_watch_headroom_steps", "headroom_steps"),
     ("kv_tune", "kv_tune_watch_headroom_hours", "headroom_hours"),
     ("kv_tune", "kv_tune_watch_headroom_steps", "headroom_steps"),
     ("kv_tune", "kv_tune_watch_storm_retractions", "storm_retractions"),
