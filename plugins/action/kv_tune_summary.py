@@ -71,7 +71,8 @@ class ActionModule(ActionBase):
             display.display(row["line"])
         display.display(restarts_line(rows))
         display.display("reports: %s" % args["report_dir"])
-        stats = workflow_stats(rows, args["report_dir"], failed_row, restarts=restarts_total(rows))
+        stats = workflow_stats(rows, args["report_dir"], failed_row, environ=os.environ,
+                               restarts=restarts_total(rows))
         result = dict(handed_on(args["stats_name"], stats), changed=changed, rows=rows, path=path if rows else None,
                       stats=stats)
         # Once, after the last batch: pins written to the controller's host_vars that the job will not keep.

@@ -50,5 +50,5 @@ class ActionModule(ActionBase):
         for row in rows:
             display.display(row["line"])
         display.display("rollout summary: %s" % path)
-        stats = workflow_stats(rows, args["report_dir"], failed_row)
+        stats = workflow_stats(rows, args["report_dir"], failed_row, environ=os.environ)
         return dict(handed_on(args["stats_name"], stats), changed=changed, rows=rows, path=path, stats=stats)

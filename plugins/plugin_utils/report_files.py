@@ -108,15 +108,26 @@ def write_files(files: Iterable[tuple[str, str]], check_mode: bool = False) -> l
 
 
 def workflow_stats(rows: list[dict[str, Any]], report_dir: str, failed: Callable[[dict[str, Any]], Any],
-                   **more: Any) -> dict[str, Any]:
+                   environ: Mapping[str, str] | None = None, **more: Any) -> dict[str, Any]:
     """What a run hands on to what runs next (set_stats: ansible-runner's artifact_data, the variables of an AWX
     workflow's next job): each row as in the summary file (a host's, or a server's), the number of rows of each
-    status, the hosts ``failed`` says failed (each once), where the reports are, and ``more``."""
+    status, the hosts ``failed`` says failed (each once), where the reports are, and ``more``.
+
+    ``report_dir`` is where this run wrote them. Under ansible-runner's streaming mode (AWX's execution nodes:
+    ``transmit | worker | process``) that is the worker's directory, gone with it; ``process`` unpacks the job's
+    artifacts into a directory of its own. So ``report_artifacts`` also gives the reports' place inside the job's
+    artifacts directory (``environ``'s AWX_ISOLATED_DATA_DIR), wherever they were unpacked; None when they are not
+    in it (a ``kv_tune_report_dir`` of the user's, or no ansible-runner)."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
+    artifacts = (environ or {}).get(RUNNER_ARTIFACTS_ENV)
+    inside = None
+    if artifacts:
+        relative = os.path.relpath(os.path.normpath(report_dir), os.path.normpath(artifacts))
+        inside = relative if relative != os.pardir and not relative.startswith(os.pardir + os.sep) else None
     return dict(more, hosts=rows, counts=counts, failed=list(dict.fromkeys(row["host"] for row in rows if failed(row))),
-                report_dir=report_dir)
+                report_dir=report_dir, report_artifacts=inside)
 
 
 def handed_on(name: str | None, stats: Any) -> dict[str, Any]:

@@ -225,6 +225,49 @@ def watch(inventory: Path, reports: Path, command: str = "tune", tty: bool = Tru
     return Watched(child.exitstatus, shown + (child.before or ""), tty)
 
 
+class Streamed:
+    """What ``process`` unpacked of a job run as AWX's execution nodes run it (:func:`streamed`)."""
+
+    def __init__(self, rc: int, unpacked: Path, output: str):
+        self.rc, self.output = rc, output
+        # The job's artifacts: what the worker ran in artifacts/<ident>, unpacked by process into artifacts/.
+        self.artifacts = unpacked / "artifacts"
+        self.events = [json.loads(path.read_text()) for path in sorted(
+            (self.artifacts / "job_events").glob("*.json"), key=lambda path: int(path.name.split("-", 1)[0]))]
+        stats = [event for event in self.events if event.get("event") == "playbook_on_stats"]
+        self.artifact_data = (stats[-1]["event_data"].get("artifact_data") or {}) if stats else {}
+
+
+def streamed(inventory: Path, job: Path, playbook: str, extravars: dict | None = None) -> Streamed:
+    """``playbook`` of the installed collection (``llmserve.sglang.tune_kv``) run through ansible-runner's streaming
+    mode, as AWX's execution nodes (receptor) run a job: ``transmit`` packs the job's private data directory (a
+    project whose playbook imports the collection's, the inventory, extra variables), ``worker`` runs it in a
+    directory of its own and streams the events and, at the end, the artifacts back, and ``process`` unpacks them
+    into ``job``/unpacked. Three processes, one pipe between each, as receptor's work units."""
+    source, work, unpacked = job / "source", job / "worker", job / "unpacked"
+    (source / "project").mkdir(parents=True)
+    (source / "env").mkdir()
+    shutil.copytree(inventory, source / "inventory")
+    (source / "project" / "job.yml").write_text(
+        "---\n- name: The collection's playbook, as an AWX project runs it\n"
+        "  ansible.builtin.import_playbook: %s\n" % playbook)
+    (source / "env" / "extravars").write_text(json.dumps(extravars or {}))
+    (source / "env" / "envvars").write_text(json.dumps({key: value for key, value in _envvars().items()
+                                                        if key != "ANSIBLE_CONFIG"}))
+    runner = os.path.join(os.path.dirname(sys.executable), "ansible-runner")
+    with open(job / "worker.log", "w", encoding="utf-8") as log:
+        transmit = subprocess.Popen([runner, "transmit", str(source), "-p", "job.yml"], stdout=subprocess.PIPE)
+        worker = subprocess.Popen([runner, "worker", "--private-data-dir", str(work)], stdin=transmit.stdout,
+                                  stdout=subprocess.PIPE, stderr=log)
+        transmit.stdout.close()
+        process = subprocess.run([runner, "process", str(unpacked)], stdin=worker.stdout, capture_output=True,
+                                 text=True, timeout=900, check=False)
+        worker.stdout.close()
+        worker.wait(60)
+        transmit.wait(60)
+    return Streamed(process.returncode, unpacked, process.stdout + process.stderr)
+
+
 def tune(inventory: Path, reports: Path, limit: str | None = None, serial: str | None = None,
          cmdline: str | None = None, **extravars) -> Played:
     """playbooks/tune_kv.yml, its reports into ``reports``; ``limit``: kv_tune_hosts, ``serial``: kv_tune_serial

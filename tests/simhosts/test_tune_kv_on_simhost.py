@@ -16,14 +16,15 @@ import functools
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 
 import simhost_lib
-from simhost_lib import (PIN_DROPIN, REPO, RESOLUTION, SAFETY_GIB, deployed, fact, invocation, oracle_max,
-                         oracle_max_at, play, report, running_fraction, server_argv, set_faults, ssh, trial_left,
-                         watch)
+from simhost_lib import (PIN_DROPIN, PLOT_OFF, REPO, RESOLUTION, SAFETY_GIB, deployed, fact, invocation, oracle_max,
+                         oracle_max_at, play, report, running_fraction, server_argv, set_faults, ssh, streamed,
+                         trial_left, watch)
 
 PREFIX = "simtune"
 PROFILES = {f"{PREFIX}1": "field", f"{PREFIX}2": "h100-llama70b", f"{PREFIX}3": "h200-deepseek-v3"}
@@ -90,11 +91,20 @@ def test_second_run_changes_nothing_and_restarts_nothing(fleet, tmp_path):
     assert stopped.status == 130, stopped.output[-5000:]
     assert "interrupted: ansible-playbook was stopped." in stopped.output, stopped.output[-5000:]
     assert {host: invocation(host) for host in PROFILES} == started and not any(trial_left(h) for h in PROFILES)
-    run = tune(fleet, tmp_path)
-    assert run.status == "successful", run.stdout[-8000:]
-    assert sum(run.stats.get("changed", {}).get(host, 0) for host in PROFILES) == 0, run.stats
+    # The re-run as AWX's execution nodes run a job (transmit | worker | process): the events, the set_stats data
+    # and the reports come back through the stream.
+    run = streamed(fleet, tmp_path / "job", "llmserve.sglang.tune_kv", dict(PLOT_OFF, kv_tune_serial="100%"))
+    assert run.rc == 0, run.output[-8000:]
+    assert not [event for event in run.events if (event.get("event_data") or {}).get("res", {}).get("changed")]
     assert {host: invocation(host) for host in PROFILES} == started
-    assert "fingerprint unchanged" in run.stdout
+    assert "fingerprint unchanged" in run.output, run.output[-8000:]
+    handed = run.artifact_data["llmserve_kv_tune"]
+    assert handed["counts"] == {"unchanged": len(PROFILES)} and handed["failed"] == [], handed
+    # report_dir is where the worker wrote them, gone with it; report_artifacts is where process unpacked them.
+    assert not Path(handed["report_dir"]).is_relative_to(tmp_path / "job" / "unpacked"), handed
+    assert handed["report_artifacts"] == "kv_tune_reports", handed
+    summary = json.loads((run.artifacts / handed["report_artifacts"] / "summary.json").read_text())
+    assert {row["host"] for row in summary} == set(PROFILES), summary
 
 
 def test_site_after_tuning_restarts_nothing(fleet):

@@ -41,7 +41,21 @@ def test_workflow_stats_count_the_statuses_and_name_the_failed_hosts():
     rows = [{"host": "a", "status": "tuned"}, {"host": "b", "status": "failed"}, {"host": "c", "status": "tuned"}]
     stats = report_files.workflow_stats(rows, "/r", lambda row: row["status"] == "failed", restarts=3)
     assert stats == {"hosts": rows, "counts": {"tuned": 2, "failed": 1}, "failed": ["b"], "report_dir": "/r",
-                     "restarts": 3}
+                     "report_artifacts": None, "restarts": 3}
+
+
+@pytest.mark.parametrize("report_dir, expected", [
+    ("/runner/artifacts/7/kv_tune_reports", "kv_tune_reports"),   # the default under ansible-runner
+    ("/runner/artifacts/7/a/b", "a/b"),
+    ("/runner/artifacts/7", "."),
+    ("/srv/reports", None),                                        # the user's own directory: not in the artifacts
+    ("/runner/artifacts/70/kv_tune_reports", None),
+])
+def test_workflow_stats_place_the_reports_in_the_jobs_artifacts(report_dir, expected):
+    """Under streaming (transmit | worker | process) report_dir is the worker's path; the place inside the artifacts
+    is where process unpacked them, wherever that is."""
+    environ = {"AWX_ISOLATED_DATA_DIR": "/runner/artifacts/7"}
+    assert report_files.workflow_stats([], report_dir, bool, environ=environ)["report_artifacts"] == expected
 
 
 def test_handed_on_is_what_set_stats_gives_the_strategy():
