@@ -1,9 +1,9 @@
 # Copyright (c) 2026, llmserve.sglang contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Every ansible-playbook command README.md shows, run as written from the checkout (the user's environment: no
-ANSIBLE_CONFIG, the checkout's ansible.cfg), and the capacity report from the collection installed from its built
-tarball, run from another directory without any ansible.cfg."""
+"""Every ansible-playbook command README.md and docs/usage.md show, run as written from the checkout (the user's
+environment: no ANSIBLE_CONFIG, the checkout's ansible.cfg), and the capacity report from the collection installed
+from its built tarball, run from another directory without any ansible.cfg."""
 from __future__ import annotations
 
 import os
@@ -23,11 +23,14 @@ VAULT = "inventories/prod/vault-password.example.txt"
 FIELD_ROW = "| logged by SGLang | 0.88 | torch.bfloat16 | - | 10.42 | 159,277 |"
 
 
-def readme_commands(tool="ansible-playbook"):
-    """The ``tool`` commands of README.md: lines of its code blocks (less a trailing comment) and inline code
-    spans."""
+PAGES = ("README.md", "docs/usage.md")
+
+
+def readme_commands(tool="ansible-playbook", pages=PAGES):
+    """The ``tool`` commands of the ``pages``: lines of their code blocks (less a trailing comment, and the indent
+    of a block in a list) and inline code spans."""
     found, in_block = [], False
-    for line in (REPO / "README.md").read_text().splitlines():
+    for line in (line.strip() for page in pages for line in (REPO / page).read_text().splitlines()):
         if line.startswith("```"):
             in_block = not in_block
         elif in_block and line.startswith(tool + " "):
@@ -49,13 +52,15 @@ def run(argv, cwd, env, timeout=300):
 
 
 def test_the_readme_shows_the_commands_this_test_runs():
-    commands = readme_commands()
+    commands = readme_commands(pages=("README.md",))
     assert len(commands) >= 7, commands
-    assert len(readme_commands("llmserve-fleet")) >= 2
-    assert sum("inventories/local" in command for command in commands) >= 2, commands
+    assert len(readme_commands("llmserve-fleet", pages=("README.md",))) >= 2
+    assert sum("inventories/local" in command for command in readme_commands()) >= 2, commands
+    for playbook in ("site.yml", "tune_kv.yml", "rollout.yml", "capacity_report.yml"):
+        assert any(playbook in command for command in commands), playbook
 
 
-@pytest.mark.parametrize("command", readme_commands())
+@pytest.mark.parametrize("command", sorted(set(readme_commands())))
 def test_a_readme_command_runs_as_written(command):
     argv = shlex.split(command)
     if "inventories/prod" in argv:
@@ -81,7 +86,7 @@ def fixture_collections(tmp_path_factory) -> Path:
     return where / "collections"
 
 
-@pytest.mark.parametrize("command", readme_commands("llmserve-fleet"))
+@pytest.mark.parametrize("command", sorted(set(readme_commands("llmserve-fleet"))))
 def test_a_readme_llmserve_fleet_command_runs_as_written(command):
     # The example fleet's hosts do not exist: the command is run up to the hosts each play would touch.
     done = run(shlex.split(command) + ["--list-hosts"], REPO, user_environment())
