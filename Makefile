@@ -44,12 +44,12 @@ MOLECULE_SCENARIOS ?= nvidia_driver sglang
 # nvidia_driver does not support Debian 13 yet (its CUDA repository and packages): Debian 12 only.
 MOLECULE_SCENARIOS_TRIXIE ?= sglang
 
-.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others test-lane-hosts lint sanity units units-target-oldest other-cores functional sim simhosts molecule wheelhouse build ee changelog changelog-lint galaxy-importer new-user bench bench-engine bench-prediction bench-convergence bench-fleet bench-watch bench-rollout bench-quick clean
+.PHONY: help venv system-deps demo test test-lane-ansible-test test-lane-others test-lane-hosts lint sanity units units-target-oldest other-cores functional monitoring prometheus-debs docs sim simhosts molecule wheelhouse build ee changelog changelog-lint galaxy-importer new-user bench bench-engine bench-prediction bench-convergence bench-fleet bench-watch bench-rollout bench-quick clean
 
 help:
 	@echo "make demo        a simulated field-case GPU host deployed by site.yml, its capacity report, then tune_kv.yml"
-	@echo "make test        lint + sanity + units + functional + sim + simhosts + molecule + build (what CI runs)"
-	@echo "make lint | sanity | units | functional | sim | simhosts | molecule | build | ee | bench | bench-quick | clean"
+	@echo "make test        lint + sanity + units + functional + monitoring + docs + sim + simhosts + molecule + build (what CI runs)"
+	@echo "make lint | sanity | units | functional | monitoring | docs | sim | simhosts | molecule | build | ee | bench | bench-quick | clean"
 	@echo "make sanity-core-V | units-core-V   sanity, units on ansible-core V (CORE_LANES: $(CORE_LANES)); other-cores: all"
 	@echo "make units-target-oldest   the modules' unit tests on the hosts' oldest Python ($(TARGET_PYTHON_OLDEST))"
 	@echo "make galaxy-importer | changelog | changelog-lint   Galaxy's import of the tarball; CHANGELOG.rst"
@@ -113,15 +113,20 @@ demo: venv
 # Three lanes side by side: two of parts that each keep about one core busy, and one of the parts that mostly wait on
 # their simulated hosts and servers (sim: 48 s of CPU in 135 s; molecule: 176 s in 330 s), which fill the cores'
 # idle time. sanity and units share one lane: both build ansible-test's environment in $(TEST_ROOT). Each part's
-# output comes in one piece when it ends (-O). The simulated hosts then have both cores to themselves (their work is
-# CPU-bound). The other cores' sanity and units (CORE_LANES, each a copy of the tree and a venv of its own) go one
-# core to each CPU lane, and galaxy-importer last in the lane of ee (`build` checks ee's files). What each part takes
-# is in README, "Measured".
+# output comes in one piece when it ends (-O). The simulated hosts (CPU-bound) start when the two CPU lanes end, beside
+# the rest of molecule. The other cores' sanity and units (CORE_LANES, each a copy of the tree and a venv of its own)
+# go one core to each CPU lane, and galaxy-importer last in the lane of ee (`build` checks ee's files). What each
+# part takes is in docs/measured.md.
 test: venv wheelhouse
 	@$(if $(NEW_PYTHON),,echo "make test: Python $(PY_VER): ansible-core $(VENV_CORE) only; no lane for $(filter-out $(VENV_CORE),$(CORE_LANES)) $(CORE)")
-	$(MAKE) --no-print-directory -j3 test-lane-ansible-test test-lane-others test-lane-hosts
-	$(call test_parts,simhosts build)
+	$(MAKE) --no-print-directory -j3 test-lane-hosts test-lane-simhosts
+	$(call test_parts,build)
 	@echo "make test: all green (ansible-core $(VENV_CORE) on Python $(PY_VER); sanity and units also on $(or $(RUNNABLE_CORE_LANES),no other core))"
+
+# The simulated hosts as soon as the two CPU lanes are done, beside the rest of molecule (whose hosts mostly wait:
+# the cores were a third idle while it ran alone).
+test-lane-simhosts: test-lane-ansible-test test-lane-others
+	$(call test_parts,simhosts)
 
 # Parts of make test one after the other (one make each: a make of several goals would run them side by side), each
 # one's output in one piece when it ends (-O), then how long it took (the README's "Measured").
@@ -135,7 +140,7 @@ test-lane-ansible-test:
 	$(call test_parts,sanity units units-target-oldest \
 	  $(foreach core,$(word 1,$(RUNNABLE_CORE_LANES)),sanity-core-$(core) units-core-$(core)))
 test-lane-others:
-	$(call test_parts,lint ee $(foreach core,$(wordlist 2,9,$(RUNNABLE_CORE_LANES)),sanity-core-$(core) units-core-$(core)) \
+	$(call test_parts,lint ee monitoring docs $(foreach core,$(wordlist 2,9,$(RUNNABLE_CORE_LANES)),sanity-core-$(core) units-core-$(core)) \
 	  functional galaxy-importer)
 test-lane-hosts:
 	$(call test_parts,sim molecule)
@@ -227,12 +232,44 @@ functional: venv
 sim: venv
 	$(BIN)/pytest -q tests/sim
 
+# Debian's prometheus and prometheus-node-exporter packages, pinned by version and digest (tools/prometheus), into
+# .tmp/prometheus: promtool for the alerting rules, prometheus and node_exporter for the watch's simulated host.
+PROMETHEUS_DIR := $(CURDIR)/.tmp/prometheus
+prometheus-debs:
+	@$(PYTHON) tools/prometheus/fetch_debs.py $(PROMETHEUS_DIR)
+
+# The alerting rules on the watch's metrics (monitoring/prometheus), checked and tested by promtool on fixtures.
+monitoring: prometheus-debs
+	$(PROMETHEUS_DIR)/root/usr/bin/promtool check rules monitoring/prometheus/llmserve-kv.rules.yml
+	$(PROMETHEUS_DIR)/root/usr/bin/promtool test rules tests/monitoring/llmserve-kv.rules.test.yml
+
+# The docs site: antsibull-docs renders the plugins' and roles' docs, Sphinx (docs/site/conf.py) builds them with
+# README.md and the pages of docs/ (MyST) into .tmp/docs/build/html. Offline (no intersphinx), warnings as errors.
+DOCS_VENV := $(CURDIR)/.tmp/docs-venv
+DOCS_DIR := $(CURDIR)/.tmp/docs
+$(DOCS_VENV)/.installed: .ci/docs/requirements.txt .ci/docs/constraints.txt | system-deps
+	rm -rf $(DOCS_VENV) && $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q --disable-pip-version-check -r .ci/docs/requirements.txt -c .ci/docs/constraints.txt \
+	  ansible-core==$(VENV_CORE) 2>&1 | $(PIP_NOISE)
+	touch $@
+docs: venv $(DOCS_VENV)/.installed
+	rm -rf $(DOCS_DIR) && mkdir -p $(DOCS_DIR)/rst/docs $(DOCS_DIR)/rst/bench/results
+	cp docs/site/index.rst README.md CHANGELOG.rst $(DOCS_DIR)/rst/
+	cp docs/*.md $(DOCS_DIR)/rst/docs/
+	cp bench/results/convergence.png $(DOCS_DIR)/rst/bench/results/
+	$(PYTHON) docs/site/inventory.py docs/site/ansible-devel-refs.txt $(DOCS_DIR)/rst/ansible_devel.inv
+	chmod og-w $(DOCS_DIR)/rst
+	ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS) $(DOCS_VENV)/bin/antsibull-docs collection --use-current --fail-on-error \
+	  --dest-dir $(DOCS_DIR)/rst llmserve.sglang
+	$(DOCS_VENV)/bin/sphinx-build -q -W --keep-going -b html -c docs/site $(DOCS_DIR)/rst $(DOCS_DIR)/build/html
+	@echo "docs: $(DOCS_DIR)/build/html/index.html"
+
 # Simulated hosts (nspawn containers over ssh) with the simulator installed from the wheelhouse.
 # Three workers, one test file each at a time (the files' hosts have their own prefixes; simhosts serialises the
 # host changes): the hosts wait on Ansible and the simulator more than on the CPU (two files side by side left 38% of
 # 2 cores idle, vmstat). The longest files first (tests/simhosts/conftest.py, FILE_SECONDS), in that order rather
 # than pytest-xdist's by number of tests. Every test's time: .tmp/simhosts-junit.xml.
-simhosts: venv wheelhouse
+simhosts: venv wheelhouse prometheus-debs
 	$(BIN)/pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 --junitxml=.tmp/simhosts-junit.xml tests/simhosts
 
 # Roles on simulated hosts: create, converge, idempotence, testinfra verify, destroy.
