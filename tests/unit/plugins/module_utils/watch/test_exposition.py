@@ -16,9 +16,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.watch import expos
 from ansible_collections.llmserve.sglang.plugins.module_utils.watch.settings import WatchError
 from ansible_collections.llmserve.sglang.tests.unit.plugins.module_utils.watch.watch_standins import (
     PIN,
-    Host,
     _day,
-    _watcher,
     _window,
 )
 
@@ -111,20 +109,3 @@ def test_the_file_is_replaced_whole_readable_by_node_exporter_and_parses(tmp_pat
     assert got[("llmserve_kv_spare_steps", (("unit", UNIT),))] == 6.0
     assert stat.S_IMODE(os.stat(path).st_mode) & 0o044 == 0o044
     assert [entry.name for entry in tmp_path.iterdir()] == [path.name]   # no temporary file left
-
-
-def test_the_watcher_exports_after_each_window_and_a_failed_export_is_said_not_fatal(tmp_path):
-    said, calls = [], []
-    watcher = _watcher(tmp_path, Host(), said)
-    watcher.on_window = lambda: calls.append(len((tmp_path / "windows.jsonl").read_text().splitlines()))
-    for second in range(8):     # windows of 3 s: 1000-1003, 1004-1007
-        watcher.step(1000.0 + second)
-    assert calls == [1, 2]        # after each window, with that window on disk
-
-    def broken():
-        raise OSError("Read-only file system")
-    watcher.on_window = broken
-    for second in range(8, 12):
-        watcher.step(1000.0 + second)
-    assert said == ["cannot write the watch's metrics: Read-only file system"]
-    assert len((tmp_path / "windows.jsonl").read_text().splitlines()) == 3

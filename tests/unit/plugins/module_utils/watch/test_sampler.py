@@ -172,3 +172,20 @@ def test_keep_0_is_refused_where_the_state_file_would_grow_without_bound(tmp_pat
     with pytest.raises(watch_settings.WatchError, match=r"keep must lie in \[1, 20160\] windows \(got 0\)"):
         store.append_records(str(tmp_path / "windows.jsonl"), [{"v": 1}], keep=0)
     assert not (tmp_path / "windows.jsonl").exists()
+
+
+def test_the_watcher_exports_after_each_window_and_a_failed_export_is_said_not_fatal(tmp_path):
+    said, calls = [], []
+    watcher = _watcher(tmp_path, Host(), said)
+    watcher.on_window = lambda: calls.append(len((tmp_path / "windows.jsonl").read_text().splitlines()))
+    for second in range(8):     # windows of 3 s: 1000-1003, 1004-1007
+        watcher.step(1000.0 + second)
+    assert calls == [1, 2]        # after each window, with that window on disk
+
+    def broken():
+        raise OSError("Read-only file system")
+    watcher.on_window = broken
+    for second in range(8, 12):
+        watcher.step(1000.0 + second)
+    assert said == ["cannot write the watch's metrics: Read-only file system"]
+    assert len((tmp_path / "windows.jsonl").read_text().splitlines()) == 3
