@@ -17,7 +17,7 @@ from typing import Any
 
 from ansible_collections.llmserve.sglang.plugins.module_utils import checks
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
-from ansible_collections.llmserve.sglang.plugins.module_utils.watch.settings import WatchError
+from ansible_collections.llmserve.sglang.plugins.module_utils.watch.settings import WatchError, unit_stem
 from ansible_collections.llmserve.sglang.plugins.module_utils.watch.verdict import verdict as watch_verdict
 
 PREFIX = "llmserve_kv_"
@@ -100,10 +100,7 @@ def unit_samples(unit: str, fact_text: str | None, fact_path: str, records: list
 def textfile_name(unit: str) -> str:
     """The watch's file in the textfile directory: llmserve_kv_sglang.prom, llmserve_kv_sglang-a.prom for
     sglang@a.service (node_exporter reads every *.prom of the directory)."""
-    try:
-        return "llmserve_kv_%s.prom" % kv_pin.unit_stem(kv_pin.check_unit(unit))
-    except kv_pin.PinError as exc:
-        raise WatchError(str(exc)) from None
+    return "llmserve_kv_%s.prom" % unit_stem(unit)
 
 
 def write_textfile(path: str, metrics: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> None:

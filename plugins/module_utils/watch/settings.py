@@ -93,13 +93,19 @@ def check_settings(raw: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def unit_stem(unit: str) -> str:
+    """The server ``unit``'s name in the watch's own names (its unit, its metrics file): sglang, sglang-a for
+    sglang@a.service. WatchError on a name that is not a unit the tuner takes."""
+    try:
+        return kv_pin.unit_stem(kv_pin.check_unit(unit))
+    except kv_pin.PinError as exc:
+        raise WatchError(str(exc)) from None
+
+
 def watch_unit(unit: str) -> str:
     """The watch's unit of the server ``unit``: llmserve-kv-watch-sglang.service, llmserve-kv-watch-sglang-a.service
     for sglang@a.service (a plain name: a second '@' would make it an instance of a template)."""
-    try:
-        return "llmserve-kv-watch-%s.service" % kv_pin.unit_stem(kv_pin.check_unit(unit))
-    except kv_pin.PinError as exc:
-        raise WatchError(str(exc)) from None
+    return "llmserve-kv-watch-%s.service" % unit_stem(unit)
 
 
 def state_path(unit: str) -> str:
