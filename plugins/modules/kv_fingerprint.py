@@ -21,7 +21,9 @@ description:
     read it anyway; the GPUs with the driver and CUDA versions (NVML, else nvidia-smi, as
     M(llmserve.sglang.gpu_info)), and which GPU memory belongs to other processes than the unit's.
   - Says in RV(stale) when what is on disk is newer than the running server (SGLang or a model's C(config.json)
-    changed after it started), when the fingerprint describes the disk, not the process.
+    changed after it started), when the fingerprint describes the disk, not the process. For a stopped unit, what
+    changed since its last start began (also its unit file and drop-ins), when that start's log says nothing about
+    what it would start now.
   - Returns the fingerprint the KV tuner pins a value under (GPU model, count and memory; driver, CUDA and SGLang
     versions; model path, sha256 of C(config.json) and revision; the memory-relevant server arguments) and its
     sha256. A pinned value stays valid while the hash is unchanged.
@@ -153,7 +155,8 @@ lock:
   type: dict
   sample: {"run_id": "1f2e3d4c", "controller": "ops1 pid 4242", "expires": 1796114200, "live": true}
 stale:
-  description: What on disk is newer than the running server; empty when the disk is what runs.
+  description: What on disk is newer than the running server (for a stopped unit, than its last start); empty when
+    the disk is what runs (or last ran).
   returned: success
   type: list
   elements: str
@@ -312,7 +315,7 @@ main_pid:
   type: int
   sample: 4242
 invocation_id:
-  description: The unit's current invocation (it changes with every start).
+  description: The unit's current invocation, or a stopped unit's last (it changes with every start).
   returned: success
   type: str
   sample: 0b5cd4e2a1f34c7c9e2f6d5a4b3c2d1e
@@ -341,7 +344,8 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units import configured_gpus
 
 _UNIT_PROPERTIES = ["LoadState", "MainPID", "ActiveState", "SubState", "InvocationID", "ExecStart", "User",
-                    "ControlGroup", "Environment", "EnvironmentFiles"]
+                    "ControlGroup", "Environment", "EnvironmentFiles", "ExecMainStartTimestampMonotonic",
+                    "FragmentPath", "DropInPaths"]
 # What a stopped unit whose configuration cannot be fingerprinted returns (with its unit facts).
 _NO_FINGERPRINT: dict[str, Any] = dict(
     fingerprint=None, fingerprint_hash=None, server_args={}, mem_fraction_static=None, api_key_set=None, url=None,
@@ -463,9 +467,30 @@ class Fingerprint(object):
                               % (found["version"], _utc(found["stat"])))
         return found["version"], found["metadata"]
 
+    def unit_files(self, state, started):
+        """A stopped unit: its unit file and drop-ins written after its last start (that start ran another
+        configuration)."""
+        for path in [state.get("FragmentPath")] + (state.get("DropInPaths") or "").split():
+            try:
+                info = os.stat(path) if path else None
+            except OSError:
+                continue
+            if info is not None and info.st_mtime > started + 1:
+                self.stale.append("the unit's %s changed at %s, after the server started" % (path, _utc(info)))
+
     def server_pids(self, control_group, main_pid):
         """The processes of the unit (its cgroup; the main process and its children when the cgroup is unreadable)."""
         return host_files.unit_pids(control_group) or {main_pid}
+
+
+def last_start(state):
+    """When a stopped unit's last start began (Unix time, from systemd's monotonic clock), None when it never
+    started."""
+    try:
+        began = int(state.get("ExecMainStartTimestampMonotonic") or 0)
+    except ValueError:
+        return None
+    return time.time() - (time.monotonic() - began / 1e6) if began > 0 else None
 
 
 def _utc(info):
@@ -551,8 +576,10 @@ def main() -> None:
         if module.params["require_running"]:
             module.fail_json(msg="%s is not running (ActiveState=%s, SubState=%s): start it before fingerprinting"
                                  % (unit, state.get("ActiveState"), state.get("SubState")))
-        # What the unit would start: its configuration, not a process.
-        argv, started = configured_argv(state.get("ExecStart"), state.get("Environment")), None
+        # What the unit would start: its configuration, not a process; what changed since its last start began.
+        argv, started = configured_argv(state.get("ExecStart"), state.get("Environment")), last_start(state)
+        if started is not None:
+            fp_reader.unit_files(state, started)
         if not argv or "--model-path" not in argv:
             module.exit_json(**dict(_NO_FINGERPRINT, **unit_facts))
     # The pin's cap is the tuner's output: the server was tuned without it (a trial never runs one).

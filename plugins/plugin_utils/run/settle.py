@@ -11,7 +11,8 @@ from typing import Any, Optional
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.context import Info, Part
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed, Steps, say
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.pool_model import model_inputs
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.start_value import failed_start, plan_start
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.start_value import (
+    failed_start, failed_start_to_read, plan_start, stopped_after_failing)
 
 # Before the search each settling step changes one thing (restart a stale server, revert a pending trial, disarm
 # timers) and asks again; more than these in a row is a unit that does not settle.
@@ -39,6 +40,10 @@ class Settle(Part):
                 model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"],
                              info.get("sizing_environment"))
             yield from calls.lock()
+            if plan["do"] == "revert" and not info["running"] and self.state.node is None:
+                safe = yield from self.stopped_after_failing(info)
+                if safe is not None:
+                    return info, plan, safe
             yield say("%s: %s" % (ctx.label, plan["why"]))
             if plan["do"] == "disarm":
                 yield from calls.trial("disarmed")
@@ -51,6 +56,21 @@ class Settle(Part):
                     return info, plan, safe
             info = yield calls.fingerprint()
         return info, plan, None
+
+    def stopped_after_failing(self, info: Info) -> Steps[Safe]:
+        """A stopped unit whose last start was its last-known-good value failing for a lack of memory on what is on
+        disk now (start_value.stopped_after_failing): that start's own log is the failed start to tune from, with no
+        restart onto the value that fails; None: revert as usual. A server that spans hosts reverts (its nodes start
+        together)."""
+        invocation_id = failed_start_to_read(info)
+        if invocation_id is None:
+            return None
+        boot = yield from self.calls.boot(invocation_id)
+        why = stopped_after_failing(info, boot)
+        if why is None:
+            return None
+        yield say("%s: %s" % (self.ctx.label, why))
+        return {"boot": boot, "why": why}
 
     def after_a_failed_start(self, info: Info, ready: dict[str, Any],
                              invocation_id: Optional[str] = None) -> Steps[dict[str, Any]]:

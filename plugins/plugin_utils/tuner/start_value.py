@@ -133,6 +133,31 @@ def failed_start(boot: dict[str, Any] | None, unit: str, value_text: str) -> str
                (" -- " + failure["advice"]) if failure.get("advice") else ""))
 
 
+def failed_start_to_read(info: dict[str, Any]) -> str | None:
+    """The start of a stopped unit (its InvocationID) whose log may show its last-known-good value failing on what is
+    on disk now, or None: a start on something since replaced (``stale``: kv_fingerprint's, what changed on disk
+    since that start), a pending trial's or a unit without a pin says nothing about the pin now."""
+    if info["running"] or info["trial_pending"] or info.get("stale") or not info.get("pin"):
+        return None
+    return info.get("invocation_id") or None
+
+
+def stopped_after_failing(info: dict[str, Any], boot: dict[str, Any] | None) -> str | None:
+    """Why a stopped unit is tuned from a safe start without starting its last-known-good value again, or None (start
+    it again and see). ``boot`` is sglang_startup_facts' of :func:`failed_start_to_read`'s start. Only where that
+    start is the pin's own failure to start for a lack of memory (a rollout stops a server that its upgrade's start
+    left failing): the same value on the same release, model and unit would fail the same way, a model load later."""
+    failure = (boot or {}).get("failure") or {}
+    value = ((boot or {}).get("server_args") or {}).get("mem_fraction_static")
+    if (failed_start_to_read(info) is None or value is None or (boot or {}).get("ready")
+            or failure.get("kind") not in ("init_oom",) + OOM_KINDS
+            or abs(value - info["pin"]["mem_fraction_static"]) > kv_search.TOLERANCE):
+        return None
+    return ("its last start, on the last-known-good value %s and what is on disk now, failed for a lack of memory "
+            "(%s: %s): tuning from a safe start without starting that value again"
+            % (fraction_text(value), failure["kind"], failure.get("line")))
+
+
 def safe_start(boot: dict[str, Any] | None, fingerprint: dict[str, Any] | None, model: dict[str, Any] | None,
                settings: dict[str, Any]) -> float:
     """Where to start when the last-known-good value no longer starts: SGLang's own default for these GPUs and

@@ -22,8 +22,10 @@ from ansible_collections.llmserve.sglang.tests.unit.plugins.modules import uthel
 
 H200 = [{"name": "NVIDIA H200", "memory_total_mib": 143771}]
 EXTRA = ("argv", "pinned_argv", "config", "pin", "trial_pending", "timers", "lock", "installed_after_start", "writable_venv",
-         "stale_contains", "env_file", "process_gone", "argv_error")
+         "stale_contains", "env_file", "process_gone", "argv_error", "dropin_after_start")
 STARTED = time.time() - 1000
+MONOTONIC_SHIFT = 10000.0
+REAL_MONOTONIC = time.monotonic
 
 
 def _venv(base, writable):
@@ -55,7 +57,10 @@ def _argv(case, _pid):
 def test_kv_fingerprint(case, root_dir):
     base = root_dir
     timers = json.dumps(case.get("timers", ""))[1:-1]
-    case = json.loads(json.dumps(case).replace("$TMP", base).replace("$TIMERS", timers))
+    # a stopped unit's last start, on systemd's monotonic clock (microseconds), when the server of the case started;
+    # that clock is shifted by MONOTONIC_SHIFT, since this machine may have been up for less than the case's 1000 s
+    began = str(int((time.monotonic() + MONOTONIC_SHIFT - (time.time() - STARTED)) * 1e6))
+    case = json.loads(json.dumps(case).replace("$TMP", base).replace("$TIMERS", timers).replace("$BEGAN", began))
     metadata = _venv(base, case.get("writable_venv"))
     if case.get("installed_after_start"):
         os.utime(metadata, (STARTED + 10, STARTED + 10))
@@ -77,6 +82,10 @@ def test_kv_fingerprint(case, root_dir):
     if case.get("trial_pending"):
         with open(os.path.join(base, "trial.conf"), "w", encoding="utf-8") as handle:
             handle.write("[Service]\n")
+    if case.get("dropin_after_start"):   # a drop-in of the unit written after its last start
+        with open(os.path.join(base, "50-kv-tune.conf"), "w", encoding="utf-8") as handle:
+            handle.write("[Service]\n")
+        os.utime(os.path.join(base, "50-kv-tune.conf"), (STARTED + 10, STARTED + 10))
     if case.get("env_file"):   # an EnvironmentFile= of the unit (its secrets too)
         with open(os.path.join(base, "unit.env"), "w", encoding="utf-8") as handle:
             handle.write(case["env_file"])
@@ -92,7 +101,8 @@ def test_kv_fingerprint(case, root_dir):
     with mock.patch.object(kv_pin, "paths", paths), \
             mock.patch.object(host_files, "process_argv", functools.partial(_argv, case)), \
             mock.patch.object(host_files, "process_start_time", lambda pid: STARTED), \
-            mock.patch.object(host_files, "process_gone", lambda pid: case.get("process_gone", False)):
+            mock.patch.object(host_files, "process_gone", lambda pid: case.get("process_gone", False)), \
+            mock.patch.object(time, "monotonic", lambda: REAL_MONOTONIC() + MONOTONIC_SHIFT):
         result = uthelper.run_case(kv_fingerprint, {key: case[key] for key in ("id", "input", "output", "mocks")
                                                     if key in case})
     if case.get("env_file"):

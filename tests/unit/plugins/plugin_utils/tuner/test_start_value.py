@@ -115,6 +115,41 @@ def test_a_failed_last_known_good_start(failure, tunable):
         assert "does not start on its last-known-good value 0.910" in message
 
 
+STOPPED = dict(INFO, running=False, invocation_id="I4", stale=[])
+FAILED_BOOT = {"ready": False, "server_args": {"mem_fraction_static": 0.91},
+               "failure": {"kind": "capture_oom", "line": "Capture cuda graph failed: CUDA out of memory"}}
+
+
+@pytest.mark.parametrize("info, boot, skips", [
+    (STOPPED, FAILED_BOOT, True),
+    (STOPPED, dict(FAILED_BOOT, failure={"kind": "init_oom", "line": "torch.OutOfMemoryError"}), True),
+    # what the start says nothing about the pin now
+    (dict(STOPPED, stale=["sglang 0.5.10 was installed at 2026-12-07T01:00:00Z, after the server started"]),
+     FAILED_BOOT, False),
+    (dict(STOPPED, running=True), FAILED_BOOT, False),
+    (dict(STOPPED, trial_pending=True), FAILED_BOOT, False),
+    (dict(STOPPED, invocation_id=None), FAILED_BOOT, False),
+    (dict(STOPPED, pin=None), FAILED_BOOT, False),
+    # another value's start (a trial's, a hand-made one), a start that served, another failure, no log
+    (STOPPED, dict(FAILED_BOOT, server_args={"mem_fraction_static": 0.85}), False),
+    (STOPPED, dict(FAILED_BOOT, ready=True), False),
+    (STOPPED, dict(FAILED_BOOT, failure={"kind": "nccl_error", "line": "NCCL error"}), False),
+    (STOPPED, dict(FAILED_BOOT, failure={"kind": "weights_oom", "line": "CUDA out of memory"}), False),
+    (STOPPED, {}, False),
+])
+def test_a_stopped_unit_is_tuned_from_its_pins_failed_start_only_when_that_start_is_the_pin_on_this_disk(
+        info, boot, skips):
+    """A start is read only where it can tell (failed_start_to_read); its failure is the pin's for a lack of memory,
+    or the pin is started again (issue 35: the rollout stops what its upgrade's start left failing)."""
+    readable = start_value.failed_start_to_read(info)
+    why = start_value.stopped_after_failing(info, boot)
+    assert (why is not None) == skips, why
+    if skips:
+        assert readable == "I4"
+        assert why.startswith("its last start, on the last-known-good value 0.91 and what is on disk now, failed for "
+                              "a lack of memory (%s: " % boot["failure"]["kind"]), why
+
+
 def test_safe_start_is_sglangs_default_above_the_formula_and_at_most_the_cap():
     fp = {"gpu": {"memory_total_mib": 97887}, "versions": {"sglang": "0.5.9"}, "server_args": {"tp_size": 8}}
     settings = run_settings.check_settings(DEFAULT_SETTINGS)
