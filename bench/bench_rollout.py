@@ -198,9 +198,10 @@ def report(refused, done_before, done_after, before, after, batches_before, batc
                               pin(row["pin_before"]), pin(row["pin_after"])] for row in after], "llrrll"),
              "Starts: systemd's `Started` records of the server's unit during the run (its starts, failed ones "
              "included). The upgrade's restart is on the old pin; where that pin runs out of memory on the new "
-             "release, the tuner's re-tune starts it again from a safe start and searches (one restart per server "
-             "for the whole upgrade, the issue's target, is not reached: the restart on a value predicted for the "
-             "new release is not built).", ""]
+             "release, the rollout stops the server and the tuner's re-tune reads that failed start (a server on "
+             "one host) or starts the old pin once more to read it (a server that spans hosts), then starts a safe "
+             "value and searches. One restart per server for the whole upgrade, the issue's target, is reached only "
+             "where the old pin holds: the restart on a value predicted for the new release is not built.", ""]
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
