@@ -6,7 +6,7 @@ from __future__ import annotations
 
 class ModuleDocFragment:
     # The option of the rollout's filters that read other hosts' variables (rollout_check_inputs, rollout_batches,
-    # rollout_peers).
+    # rollout_peers, rollout_class_plan).
     DOCUMENTATION = r"""
 options:
   hostvars:

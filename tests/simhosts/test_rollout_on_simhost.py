@@ -12,7 +12,8 @@ First a release that crashes at startup on the canary (the simulator's crash_at_
 only): not a lack of memory, so both its servers are rolled back. Then a re-tune that pins and then fails: both pins
 go back with the release. Then the whole rollout, where 0.5.10 reserves 6 GiB more for its CUDA graphs on the
 canary (the simulator's memory_for_sglang_versions), so both servers' pins run out of memory in the graph capture:
-re-tuned for the new release, kept. A second run changes nothing.
+re-tuned for the new release per class (sglang@a searches, sglang@b verifies its value), kept. A second run changes
+nothing.
 
 A fake load balancer on the controller (an HTTP server in this process) records the example drain/undrain hooks'
 calls. The tests run in file order and build on each other's state. One runs a rollout and a tune of the field host's
@@ -190,14 +191,15 @@ def test_a_retune_that_pinned_then_failed_rolls_the_pins_back_with_the_release(f
 
 def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
     """The canary's 0.5.10 needs 6 GiB more for its graphs: both old pins run out of memory in the capture, and the
-    rollout re-tunes both servers for 0.5.10 instead of rolling back (issue 35, item 2). The field host upgrades and
-    re-tunes as usual."""
+    rollout re-tunes both servers for 0.5.10 instead of rolling back (issue 35, item 2), per class: sglang@a searches
+    and sglang@b, of the same fingerprint, verifies its value with one restart. The field host upgrades and re-tunes
+    as usual."""
     values_before = {unit: running_fraction(CANARY, unit) for unit in SERVERS[CANARY]}
     old_cap = fact(FIELD)["max_total_tokens"]
     assert old_cap, fact(FIELD)
     since = {host: ssh(host, "date +%s").strip() for host in SERVERS}
     set_faults(CANARY, _memory_for_sglang_versions=LARGER_GRAPHS)
-    run = rollout(fleet, tmp_path, lb, cmdline="-vvv", sglang_version="0.5.10")
+    run = rollout(fleet, tmp_path, lb, cmdline="-vvv", sglang_version="0.5.10", kv_tune_strategy="per_class")
     assert run.status == "successful", run.stdout[-8000:]
     # The secrets sweep: the servers run with the key, which is in no line of the -vvv run, no report, no fact, no
     # drop-in and no module invocation in the hosts' journals.
@@ -217,6 +219,7 @@ def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
         assert lb.calls.count((host, "drain")) == 1 and lb.calls.count((host, "undrain")) == 1
         assert lb.calls.index((host, "drain")) < lb.calls.index((host, "undrain"))
     assert lb.calls[:2] == [(CANARY, "drain"), (CANARY, "undrain")]
+    starts_on_new = {}
     for row in canary_rows(rows):
         unit = row["unit"]
         assert (row["status"], row["phase"], row["retune"]) == ("retuned", "upgrade", "tuned"), row
@@ -232,6 +235,12 @@ def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
                              "'mem_fraction_static=[0-9.]*' || true").split()
         old_pin = [value for value in values if float(value.split("=")[1]) == float(row["pin_before"]["value"])]
         assert len(old_pin) == 1, (row["pin_before"], values)
+        starts_on_new[unit] = values
+    # per_class: sglang@b verified sglang@a's value for 0.5.10 (the upgrade's start and one restart), where a searched
+    a, b = canary_rows(rows)
+    assert b["pin_after"]["value"] == a["pin_after"]["value"], (a, b)
+    assert len(starts_on_new["sglang@b.service"]) == 2, starts_on_new
+    assert "verifying %s on sglang@b.service" % a["pin_after"]["value"] in run.stdout, run.stdout[-8000:]
     assert rows[FIELD]["status"] == "upgraded" and rows[FIELD]["retune"] == "tuned", rows[FIELD]
     assert (rows[FIELD]["before"]["sglang"], rows[FIELD]["after"]["sglang"]) == ("0.5.9", "0.5.10")
     tuned = json.loads((tmp_path / "kv_tune" / f"{FIELD}.json").read_text())

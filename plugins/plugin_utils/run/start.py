@@ -104,7 +104,9 @@ class SearchStart(Part):
         running_value = info["mem_fraction_static"]
         if running_value is None:
             running_value = (boot.get("server_args") or {}).get("mem_fraction_static")
-        verify = None if safe is not None else (yield from self._class_value())
+        # A class's value, verified on this very fingerprint, is a better first value than a safe start when the
+        # last-known-good value no longer starts (a rollout's members whose old pin fails on the new release).
+        verify = yield from self._class_value()
         safe_value = None if safe is None else safe_start(safe["boot"], info["fingerprint"], model, settings)
         lowest = lower_bound(boot, model, settings["min_tokens"])
         start, source = first_value(ctx.label, settings, running_value, verify, safe_value,

@@ -154,7 +154,7 @@ def stopped_after_failing(info: dict[str, Any], boot: dict[str, Any] | None) -> 
             or abs(value - info["pin"]["mem_fraction_static"]) > kv_search.TOLERANCE):
         return None
     return ("its last start, on the last-known-good value %s and what is on disk now, failed for a lack of memory "
-            "(%s: %s): tuning from a safe start without starting that value again"
+            "(%s: %s), so that value is not started again"
             % (fraction_text(value), failure["kind"], failure.get("line")))
 
 
