@@ -14,3 +14,12 @@ options:
     type: dict
     required: true
 """
+
+    # The filters that answer for one host of the play (rollout_peers, rollout_class_plan).
+    THIS_HOST = r"""
+options:
+  host:
+    description: This host (C(inventory_hostname)).
+    type: str
+    required: true
+"""

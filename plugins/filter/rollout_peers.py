@@ -21,12 +21,9 @@ options:
     type: list
     elements: str
     required: true
-  host:
-    description: This host (C(inventory_hostname)).
-    type: str
-    required: true
 extends_documentation_fragment:
   - llmserve.sglang.hostvars
+  - llmserve.sglang.hostvars.this_host
 """
 
 EXAMPLES = r"""

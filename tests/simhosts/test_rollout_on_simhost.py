@@ -12,8 +12,9 @@ First a release that crashes at startup on the canary (the simulator's crash_at_
 only): not a lack of memory, so both its servers are rolled back. Then a re-tune that pins and then fails: both pins
 go back with the release. Then the whole rollout, where 0.5.10 reserves 6 GiB more for its CUDA graphs on the
 canary (the simulator's memory_for_sglang_versions), so both servers' pins run out of memory in the graph capture:
-re-tuned for the new release per class (sglang@a searches, sglang@b verifies its value), kept. A second run changes
-nothing.
+re-tuned for the new release per class (sglang@a searches, sglang@b verifies its value), kept; on the field host
+0.5.10 needs three times the activations, so its pin starts, answers the gate and runs out of memory under the
+re-tune's load, which backs off. A second run changes nothing.
 
 A fake load balancer on the controller (an HTTP server in this process) records the example drain/undrain hooks'
 calls. The tests run in file order and build on each other's state. One runs a rollout and a tune of the field host's
@@ -56,6 +57,10 @@ HOST_VARS = {
 # 0.5.10 on the canary: about 6 GiB more for its CUDA graphs than 0.5.9 (a release whose graph reserve grew): the
 # largest value that starts drops from 0.976 to 0.902 (the simulator's oracle), under the pins tuned on 0.5.9.
 LARGER_GRAPHS = {"0.5.10": {"graph_mib_base": 6144}}
+# 0.5.10 on the field host: three times the activations per prefill token (a release whose kernels grew): the pin of
+# 0.5.9 (0.910) still starts and answers the gate's one token, and runs out of memory under the load (the oracle: 0.881
+# holds, 0.891 survives).
+LARGER_ACTIVATIONS = {"0.5.10": {"activation_bytes_per_prefill_token": 786432}}
 
 
 class LoadBalancer(ThreadingHTTPServer):
@@ -192,13 +197,14 @@ def test_a_retune_that_pinned_then_failed_rolls_the_pins_back_with_the_release(f
 def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
     """The canary's 0.5.10 needs 6 GiB more for its graphs: both old pins run out of memory in the capture, and the
     rollout re-tunes both servers for 0.5.10 instead of rolling back (issue 35, item 2), per class: sglang@a searches
-    and sglang@b, of the same fingerprint, verifies its value with one restart. The field host upgrades and re-tunes
-    as usual."""
+    and sglang@b, of the same fingerprint, verifies its value with one restart. The field host's old pin serves the
+    gate on 0.5.10 and runs out of memory under the re-tune's load, which backs off: upgraded, kept on a lower value."""
     values_before = {unit: running_fraction(CANARY, unit) for unit in SERVERS[CANARY]}
     old_cap = fact(FIELD)["max_total_tokens"]
     assert old_cap, fact(FIELD)
     since = {host: ssh(host, "date +%s").strip() for host in SERVERS}
     set_faults(CANARY, _memory_for_sglang_versions=LARGER_GRAPHS)
+    set_faults(FIELD, _memory_for_sglang_versions=LARGER_ACTIVATIONS)
     run = rollout(fleet, tmp_path, lb, cmdline="-vvv", sglang_version="0.5.10", kv_tune_strategy="per_class")
     assert run.status == "successful", run.stdout[-8000:]
     # The secrets sweep: the servers run with the key, which is in no line of the -vvv run, no report, no fact, no
@@ -245,6 +251,9 @@ def test_the_rollout_upgrades_every_host_and_retunes_it(fleet, tmp_path, lb):
     assert (rows[FIELD]["before"]["sglang"], rows[FIELD]["after"]["sglang"]) == ("0.5.9", "0.5.10")
     tuned = json.loads((tmp_path / "kv_tune" / f"{FIELD}.json").read_text())
     assert "versions.sglang" in tuned["why"], tuned["why"]
+    # a lack of memory under the load on one server: measured in place and backed off, kept
+    assert "runtime_oom" in json.dumps(tuned["trials"]), tuned["trials"]
+    assert float(rows[FIELD]["pin_after"]["value"]) < float(rows[FIELD]["pin_before"]["value"]), rows[FIELD]
     # issue 35, item 4: 0.5.9's pool cap was never carried into a start of 0.5.10 (SGLang logs its arguments at each
     # start), and the pin verified on 0.5.10 caps the pool anew.
     starts = ssh(FIELD, f"journalctl -u sglang.service --since @{since[FIELD]} -o cat --no-pager | grep -o "
