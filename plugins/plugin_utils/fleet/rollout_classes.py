@@ -55,4 +55,3 @@ def class_plan(host: str, fingerprints: Iterable[dict[str, Any]], earlier: dict[
                         "other_gib": other_gib(found.get("gpu_memory"))}
         for found in fingerprints if found.get("item")}}
     return class_plan_units(probes, list(probes))[host]
-

@@ -45,8 +45,8 @@ def test_the_servers_of_one_host_with_one_fingerprint_search_once():
     # the first searches; the second verifies its value in the same kv_tune run (canary_host is this host)
     plan = rollout_classes.class_plan("h1", fingerprints(("sglang@a.service", "NEW"), ("sglang@b.service", "NEW")), {})
     a, b = plan["units"]["sglang@a.service"], plan["units"]["sglang@b.service"]
-    assert a["role"] == "canary" and (b["role"], b["canary_host"], b["canary_unit"]) == ("member", "h1",
-                                                                                           "sglang@a.service")
+    assert a["role"] == "canary"
+    assert (b["role"], b["canary_host"], b["canary_unit"]) == ("member", "h1", "sglang@a.service")
     assert class_value(b, tuned("sglang@a.service", "NEW", 0.86)) == 0.86
 
 
