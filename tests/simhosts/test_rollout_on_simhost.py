@@ -47,7 +47,10 @@ LOCK = "/run/llmserve/kv-tune-sglang.service.lock"
 # re-tune use it, and it may reach the servers and nothing the rollout writes or logs.
 API_KEY = "FAKE-simroll-api-key-not-a-real-secret"
 HOST_VARS = {
-    CANARY: {"sglang_service_api_key": API_KEY,
+    # RestartSec 120 s on the canary: systemd does not start a server that failed on its old pin again before the
+    # rescue stops it, even on a loaded 2-core CI machine, where the seven tasks between the failure and the stop took
+    # over the default 15 s once (the tuner then starts the old pin once more to read it: a start, not a fault).
+    CANARY: {"sglang_service_api_key": API_KEY, "sglang_service_restart_sec": 120,
              "sglang_service_server_args": {"served_model_name": "llama-3.1-70b-instruct", "tp_size": 4},
              "sglang_service_instances": [{"name": "a", "server_args": {"port": 30001, "base_gpu_id": 0}},
                                           {"name": "b", "server_args": {"port": 30002, "base_gpu_id": 4}}]},
