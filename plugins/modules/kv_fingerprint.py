@@ -142,6 +142,11 @@ trial_pending:
   returned: success
   type: bool
   sample: false
+trial_value:
+  description: The C(--mem-fraction-static) of the pending trial drop-in (RV(trial_pending)), or V(null).
+  returned: success
+  type: float
+  sample: null
 revert_timers:
   description: The unit's loaded revert timers (of a trial in progress, or left by a run that died).
   returned: success
@@ -409,6 +414,14 @@ class Fingerprint(object):
             return None, "the pin of %s in %s cannot be used: %s" % (self.unit, fact_path, problem)
         return entry, None
 
+    def read_trial_value(self, path):
+        """The value of the trial drop-in (root's directory under /run/systemd), or None."""
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return kv_pin.dropin_value(handle.read())
+        except (OSError, UnicodeDecodeError):
+            return None
+
     def read_lock(self, path):
         try:
             with open(path, encoding="utf-8") as handle:
@@ -557,7 +570,8 @@ def main() -> None:
     unit_facts = dict(
         changed=False, running=state.get("ActiveState") == "active" and pid > 0,
         takes_kv_args="$" + kv_pin.KV_ARGS_VARIABLE in (state.get("ExecStart") or ""),
-        trial_pending=os.path.lexists(paths["trial"]), revert_timers=timers, lock=fp_reader.read_lock(paths["lock"]),
+        trial_pending=os.path.lexists(paths["trial"]), trial_value=fp_reader.read_trial_value(paths["trial"]),
+        revert_timers=timers, lock=fp_reader.read_lock(paths["lock"]),
         pin=pin, pin_error=pin_error, main_pid=pid, invocation_id=state.get("InvocationID") or None)
     argv, started, unreadable = None, None, None
     if unit_facts["running"]:

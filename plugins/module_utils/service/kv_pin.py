@@ -187,6 +187,16 @@ def dropin_text(unit: str, text: str, trial: bool, run_id: str | None = None,
     return head + body
 
 
+_DROPIN_VALUE = re.compile(r'^Environment="%s=--mem-fraction-static (0?\.[0-9]{1,17})(?: |")' % KV_ARGS_VARIABLE,
+                           re.MULTILINE)
+
+
+def dropin_value(text: str | None) -> float | None:
+    """The --mem-fraction-static a drop-in written by :func:`dropin_text` sets, or None (no such line)."""
+    match = _DROPIN_VALUE.search(text or "")
+    return float(match.group(1)) if match else None
+
+
 def read_facts(text: str | None, path: str = FACT_PATH) -> dict[str, Any]:
     """The fact file's JSON (a dict of unit -> entry); {} for no file. Anything else is an error (PinError): the
     caller decides what to do with a broken file (kv_trial moves it aside before it writes a new one)."""

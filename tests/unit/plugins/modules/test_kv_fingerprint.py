@@ -81,7 +81,9 @@ def test_kv_fingerprint(case, root_dir):
             handle.write(pin if isinstance(pin, str) else json.dumps({"sglang.service": pin}))
     if case.get("trial_pending"):
         with open(os.path.join(base, "trial.conf"), "w", encoding="utf-8") as handle:
-            handle.write("[Service]\n")
+            # a value: the drop-in kv_trial writes for it; true: a drop-in without one
+            handle.write(kv_pin.dropin_text("sglang.service", case["trial_pending"], True, "1f2e3d4c")
+                         if isinstance(case["trial_pending"], str) else "[Service]\n")
     if case.get("dropin_after_start"):   # a drop-in of the unit written after its last start
         with open(os.path.join(base, "50-kv-tune.conf"), "w", encoding="utf-8") as handle:
             handle.write("[Service]\n")

@@ -83,6 +83,18 @@ def test_dropin_values(text):
         "sglang.service", text, trial=False)
 
 
+@pytest.mark.parametrize("text", ["0.910", "0.9125", ".5"])
+def test_the_value_a_drop_in_sets_reads_back(text):
+    assert kv_pin.dropin_value(kv_pin.dropin_text("sglang.service", text, trial=True, run_id="1f2e3d4c")) == float(text)
+    assert kv_pin.dropin_value(kv_pin.dropin_text("sglang.service", text, False, max_total_tokens=9)) == float(text)
+
+
+@pytest.mark.parametrize("text", [None, "", "[Service]\n", 'Environment="LLMSERVE_KV_ARGS=--max-total-tokens 9"\n',
+                                  '# Environment="LLMSERVE_KV_ARGS=--mem-fraction-static 0.9"\n'])
+def test_a_drop_in_without_the_line_has_no_value(text):
+    assert kv_pin.dropin_value(text) is None
+
+
 @pytest.mark.parametrize("text", ["1.0", "0", "0.9\"\nExecStartPre=/bin/sh", "1e-5", "0.9 --tp 1"])
 def test_dropin_refuses_anything_but_a_plain_fraction(text):
     with pytest.raises(kv_pin.PinError):
