@@ -23,6 +23,8 @@ description:
     restarts the unit. Unless a commit or a revert stops the timer within O(confirm_timeout) seconds, the host itself
     removes the drop-in and restarts the unit on its last-known-good value (a killed controller or a cut network
     never leaves it on an unverified value). A drop-in that cannot be written disarms the timer again.
+    With O(restart=false) it arms and writes the same but leaves the unit running, and its next start runs the
+    value (the P(llmserve.sglang.rollout#role) role's upgrade restart, which then is the trial).
   - O(state=committed) makes the value the last-known-good one. It writes the pinned drop-in
     C(/etc/systemd/system/<unit>.d/50-kv-tune.conf) and, with O(fact), the unit's entry in the local fact file (a
     fact file that is not JSON is moved aside, with a warning), stops the timer, removes the trial drop-in and
@@ -81,6 +83,12 @@ options:
     description: Seconds after O(state=started) at which the host reverts an unconfirmed trial by itself (3 to 86400).
     type: int
     default: 3600
+  restart:
+    description:
+      - With O(state=started), whether to restart the unit on the value now. V(false) arms the timer and writes the
+        trial drop-in only, for a restart that something else makes (a new SGLang's).
+    type: bool
+    default: true
   fact:
     description:
       - With O(state=prepared) and O(state=committed), the unit's entry in O(fact_path) (what proved the value).
@@ -303,7 +311,7 @@ class KvTrial(object):
 
     # -- states ----------------------------------------------------------------------------------------------------
 
-    def started(self, value, confirm_timeout):
+    def started(self, value, confirm_timeout, restart=True):
         # The tuner's own bound: a timer days away would leave the host on an unverified value that long.
         low, high, unit, _why = kv_pin.CONFIRM_TIMEOUT_BOUNDS
         if not low <= confirm_timeout <= high:
@@ -331,7 +339,10 @@ class KvTrial(object):
             self.disarm()
             self.run(self.systemctl, "daemon-reload")
             self.module.fail_json(msg="%s; the revert timer is disarmed and nothing was restarted" % problem)
-        self.restart()
+        if restart:
+            self.restart()
+        else:
+            self.changed = True
 
     def commit_files(self, value, fact, fact_path):
         """[(path, text)] that make ``value`` (and ``fact``) the unit's last-known-good one."""
@@ -409,6 +420,7 @@ def build_module():
             controller=dict(type="str", default="unknown"),
             lease=dict(type="int", default=4200),
             confirm_timeout=dict(type="int", default=3600),
+            restart=dict(type="bool", default=True),
             fact=dict(type="dict"),
             fact_path=dict(type="path", default=kv_pin.FACT_PATH),
         ),
@@ -432,7 +444,7 @@ def main() -> None:
         else:
             trial.hold_lock(take=state == "locked")
         if state == "started":
-            trial.started(params["value"], params["confirm_timeout"])
+            trial.started(params["value"], params["confirm_timeout"], params["restart"])
         elif state == "prepared":
             trial.prepared(params["value"], params["fact"], params["fact_path"])
         elif state == "committed":
