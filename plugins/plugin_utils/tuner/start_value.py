@@ -52,6 +52,22 @@ def gpu_imbalance(gpu_memory: list[dict[str, Any]] | None) -> str | None:
                          BALANCE * 100))
 
 
+def own_trial(info: dict[str, Any], unit: str, run_id: str | None) -> bool:
+    """Whether the unit runs a trial that this run armed (its own revert timer; kv_trial state=started with
+    restart=false, before the rollout's upgrade restart): that start is the search's first trial, measured in place
+    under the load and committed or searched on from, not reverted. Anything else pending (another run's trial, a
+    server not running the trial's value, something newer on disk) is reverted as before."""
+    if not run_id or not info["trial_pending"] or not info["running"] or info.get("stale"):
+        return False
+    running, trial = info.get("mem_fraction_static"), info.get("trial_value")
+    try:
+        timer = kv_pin.paths(unit, run_id)["revert_unit"] + ".timer"
+    except kv_pin.PinError:   # not a run's id: no timer is its own
+        return False
+    return (timer in (info.get("revert_timers") or []) and running is not None and trial is not None
+            and abs(running - trial) <= kv_search.TOLERANCE)
+
+
 def plan_start(info: dict[str, Any], host: str, unit: str, force: bool = False, check_mode: bool = False,
                run_id: str | None = None, others: str | None = None, pin_tokens: Any = None) -> dict[str, Any]:
     """What to do with a unit before any search, from kv_fingerprint's result ``info``, in this order:
@@ -61,7 +77,8 @@ def plan_start(info: dict[str, Any], host: str, unit: str, force: bool = False, 
     - ``{"do": "restart", "why"}``: what is on disk (SGLang, a model's config) is newer than the running server:
       restart it on its last-known-good value first, so that the fingerprint describes what runs; ask again after;
     - ``{"do": "revert", "why"}``: a trial of an earlier run is pending, or the unit is stopped: back to its
-      last-known-good value first, then ask again;
+      last-known-good value first, then ask again (a trial this run armed and the server runs is no reason:
+      :func:`own_trial`, the rollout's upgrade restart, is tuned from);
     - ``{"do": "disarm", "why"}``: revert timers of an earlier run are armed without a trial (they would restart a
       healthy server later): stop them, then ask again;
     - ``{"do": "report", "status", "why", "line"}``: nothing to do (``unchanged``), or check mode (``would_tune``);
@@ -82,13 +99,14 @@ def plan_start(info: dict[str, Any], host: str, unit: str, force: bool = False, 
     if lock.get("live") and lock.get("run_id") != run_id:
         return {"do": "refuse", "msg": kv_pin.lock_message(unit, lock, kv_pin.paths(unit)["lock"])}
     first: dict[str, Any] | None = None
+    own = own_trial(info, unit, run_id)
     if info.get("stale") and info["running"]:
         first = {"do": "restart", "why": "what is on disk is newer than the running server (%s): restarting it on its "
                                          "last-known-good value first" % "; ".join(info["stale"])}
-    elif info["trial_pending"] or not info["running"]:
+    elif (info["trial_pending"] and not own) or not info["running"]:
         first = {"do": "revert", "why": "a trial of an earlier run was never confirmed" if info["trial_pending"]
                  else "%s was not running" % unit}
-    elif info.get("revert_timers"):
+    elif info.get("revert_timers") and not own:
         first = {"do": "disarm", "why": "revert timers of an earlier run are armed without a trial (%s)"
                                         % ", ".join(info["revert_timers"])}
     if first is not None:
@@ -102,6 +120,10 @@ def plan_start(info: dict[str, Any], host: str, unit: str, force: bool = False, 
         return first
     reason = retune_reason(info["pin"], info["fingerprint"], info["fingerprint_hash"], info["mem_fraction_static"],
                            force, info.get("pin_error"), info.get("watch")) or others
+    if own:
+        # Never "unchanged" with a trial pending: its timer would restart the server later.
+        reason = "%s runs this run's trial %s%s: verifying it under the load" % (
+            unit, fraction_text(info["trial_value"]), " (%s)" % reason if reason else "")
     change = kv_pin.cap_change(info["pin"], pin_tokens) if reason is None and pin_tokens is not None else None
     if change is not None:
         why = ("kv_tune_pin_tokens: the pin caps the pool at the verified one from the next start, no restart"

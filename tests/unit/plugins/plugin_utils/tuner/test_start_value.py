@@ -164,3 +164,40 @@ def test_a_runs_own_lock_is_no_reason_to_refuse():
     info = dict(INFO, lock={"run_id": "1f2e3d4c", "live": True}, pin=None)
     assert start_value.plan_start(info, "h1", "sglang.service", run_id="1f2e3d4c")["do"] == "tune"
     assert start_value.plan_start(info, "h1", "sglang.service", run_id="9a8b7c6d")["do"] == "refuse"
+
+
+# The rollout armed a trial of 0.935 without a restart (kv_trial restart=false), and its upgrade restart started the
+# new release on it: run 1f2e3d4c's own timer, the server runs the trial's value.
+OWN = dict(INFO, trial_pending=True, trial_value=0.935, mem_fraction_static=0.935, fingerprint_hash="H2",
+           revert_timers=["llmserve-kv-revert-1f2e3d4c-sglang.timer"])
+
+
+def test_a_trial_this_run_armed_and_the_server_runs_is_tuned_from_not_reverted():
+    plan = start_value.plan_start(OWN, "h1", "sglang.service", run_id="1f2e3d4c")
+    assert plan["do"] == "tune"
+    assert plan["why"].startswith("sglang.service runs this run's trial 0.935 (")
+    assert plan["why"].endswith("): verifying it under the load")
+    # the same with nothing else to tune for: still verified, never "unchanged" under an armed timer
+    plan = start_value.plan_start(dict(OWN, fingerprint_hash="H", mem_fraction_static=0.935, trial_value=0.935,
+                                       pin=dict(PIN, mem_fraction_static=0.935)), "h1", "sglang.service",
+                                  run_id="1f2e3d4c")
+    assert (plan["do"], plan["why"]) == ("tune", "sglang.service runs this run's trial 0.935: verifying it under the load")
+
+
+@pytest.mark.parametrize("changes, run_id", [
+    ({}, "9a8b7c6d"),                                                      # another run's trial
+    ({}, None),
+    ({"revert_timers": ["llmserve-kv-revert-9a8b7c6d-sglang.timer"]}, "1f2e3d4c"),   # its timer is another run's
+    ({"mem_fraction_static": 0.91}, "1f2e3d4c"),        # the upgrade did not restart it: the server runs the pin
+    ({"trial_value": None}, "1f2e3d4c"),                 # a drop-in that does not say its value
+    ({"stale": ["SGLang installed after the start"]}, "1f2e3d4c"),
+])
+def test_any_other_pending_trial_is_settled_first(changes, run_id):
+    plan = start_value.plan_start(dict(OWN, **changes), "h1", "sglang.service", run_id=run_id)
+    assert plan["do"] in ("revert", "restart"), plan
+
+
+def test_a_stopped_unit_with_this_runs_trial_is_started_on_its_pin():
+    plan = start_value.plan_start(dict(OWN, running=False, mem_fraction_static=None), "h1", "sglang.service",
+                                  run_id="1f2e3d4c")
+    assert plan == {"do": "revert", "why": "a trial of an earlier run was never confirmed"}
