@@ -18,8 +18,9 @@ re-tune's load, which backs off. A second run changes nothing.
 
 A fake load balancer on the controller (an HTTP server in this process) records the example drain/undrain hooks'
 calls. The tests run in file order and build on each other's state. One runs a rollout and a tune of the field host's
-unit at once, each way round: whichever came first holds the tuner's lock, and the other stops. The last one has a
-drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts the host back.
+unit at once, each way round: whichever came first holds the tuner's lock, and the other stops. The next one has a
+drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts the host back. Last, the field host
+alone goes to 0.5.17, which counts its draft in --mem-fraction-static: one start, on the value predicted for it.
 """
 from __future__ import annotations
 
@@ -339,3 +340,31 @@ def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet
     assert lb.calls == [(CANARY, "undrain")], lb.calls     # the other host was never touched
     assert starts(CANARY) == started and served(CANARY) == version
     assert not ssh(CANARY, "ls /run/llmserve/ | grep '\\.lock$' || true").strip()
+
+
+def test_a_release_that_counts_the_draft_in_the_fraction_is_started_once_on_the_value_it_needs(fleet, tmp_path, lb):
+    """Issue 35, item 3: 0.5.17 counts the field host's EAGLE3 draft (its weights and KV) in --mem-fraction-static,
+    where 0.5.10 loaded it after the target's pool. The upgrade's own restart starts 0.5.17 on the value the tuner
+    would try first (the pin plus what moved and the pin's spare headroom, over P), armed as a trial with the host's
+    revert timer; the re-tune measures that start in place under the load and pins it: one start for the upgrade and
+    the re-tune. The activations stay those of 0.5.10 here, so that only the difference the formula knows remains."""
+    set_faults(FIELD, _memory_for_sglang_versions=dict(LARGER_ACTIVATIONS, **{"0.5.17": LARGER_ACTIVATIONS["0.5.10"]}))
+    since = ssh(FIELD, "date +%s").strip()
+    run = rollout(fleet, tmp_path, lb, sglang_version="0.5.17", rollout_hosts=FIELD)
+    assert run.status == "successful", run.stdout[-8000:]
+    row = summary(tmp_path)[FIELD]
+    assert (row["status"], row["retune"]) == ("upgraded", "tuned"), row
+    assert (row["before"]["sglang"], row["after"]["sglang"]) == ("0.5.10", "0.5.17")
+    assert installed(FIELD) == "0.5.17" and served(FIELD) == {"0.5.17"}
+    # The one start on 0.5.17 ran the predicted value, which the load verified and the re-tune pinned, no restart.
+    values = ssh(FIELD, f"journalctl -u sglang.service --since @{since} -o cat --no-pager | grep -o "
+                        "'mem_fraction_static=[0-9.]*' || true").split()
+    assert values == ["mem_fraction_static=%s" % float(row["pin_after"]["value"])], (values, row)
+    assert float(row["pin_after"]["value"]) > float(row["pin_before"]["value"]), row
+    assert "counts the EAGLE3 draft's weights and KV" in run.stdout, run.stdout[-8000:]
+    tuned = json.loads((tmp_path / "kv_tune" / f"{FIELD}.json").read_text())
+    assert tuned["restarts"] == 0 and tuned["trials"][0]["restart"] is False, tuned["trials"]
+    assert "runs this run's trial" in tuned["why"], tuned["why"]
+    # committed: no trial drop-in and no revert timer left to restart the server later
+    assert not ssh(FIELD, "ls /run/systemd/system/sglang.service.d/ 2>/dev/null; systemctl list-units --all --plain "
+                          "--no-legend 'llmserve-kv-revert-*' || true").strip()
