@@ -4,13 +4,15 @@
 """The cost of an upgrade: playbooks/rollout.yml across a release that changes memory, on a fleet of five simulated
 hosts deployed by site.yml at SGLang 0.5.9 and tuned:
 
-- benchroll1: the field case (8x RTX PRO 6000, one server), the canary: 0.5.10 changes nothing it needs;
+- benchroll1: the field case (8x RTX PRO 6000, one server, an EAGLE3 draft), the canary: it goes to 0.5.17 (FIELD_NEW),
+  which counts the draft's weights and KV in --mem-fraction-static where 0.5.9 loaded them after the target's pool,
+  so the upgrade's restart starts the value predicted for it (upgrade_value.py);
 - benchroll2: 8x H100, two servers (sglang@a on GPUs 0-3, sglang@b on 4-7, Llama-3.1-70B at TP4 each);
 - benchroll3 + benchroll4: 8x H100 each, one server that spans both (TP16, --nnodes 2);
 - benchroll5: 8x H100, one server (TP8).
 
-On every H100 host 0.5.10 reserves about 6 GiB more for its CUDA graphs (the simulator's memory_for_sglang_versions),
-so the pins tuned on 0.5.9 run out of memory in 0.5.10's graph capture.
+The other hosts go to 0.5.10 (NEW). On every H100 host 0.5.10 reserves about 6 GiB more for its CUDA graphs (the
+simulator's memory_for_sglang_versions), so the pins tuned on 0.5.9 run out of memory in 0.5.10's graph capture.
 
 Before (the collection at BEFORE, from git, on the same hosts): rollout.yml refuses the fleet (a host with two servers,
 a server that spans hosts); given benchroll5 alone, it rolls it back. After (this checkout): the whole fleet. Per
@@ -37,6 +39,7 @@ PREFIX = "benchroll"
 PROFILES = ["field", "h100-llama70b", "h100-llama70b", "h100-llama70b", "h100-llama70b"]
 BEFORE = "dc99659"     # the last commit before issue 35
 NEW = "0.5.10"
+FIELD_NEW = "0.5.17"
 LARGER_GRAPHS = {NEW: {"graph_mib_base": 6144}}
 TWO = {"sglang_service_server_args": {"served_model_name": "llama-3.1-70b-instruct", "tp_size": 4},
        "sglang_service_instances": [{"name": "a", "server_args": {"port": 30001, "base_gpu_id": 0}},
@@ -75,8 +78,8 @@ def batch_seconds(times_path: Path) -> list:
 
 def rollout(inventory: Path, hosts: list, reports: Path, collections: str | None = None,
             playbook_root: Path = benchlib.REPO, *extra: str) -> tuple:
-    """rollout.yml to NEW (the collection in ``collections``, else this checkout's): (the run, the summary's rows by
-    server, each unit's starts during it, each batch's seconds)."""
+    """rollout.yml to each host's sglang_version (its host_vars; the collection in ``collections``, else this
+    checkout's): (the run, the summary's rows by server, each unit's starts during it, each batch's seconds)."""
     reports.mkdir(parents=True)
     times = reports / "task_times.json"
     env = {"ANSIBLE_CALLBACK_PLUGINS": str(benchlib.REPO / "bench" / "callback_plugins"),
@@ -85,7 +88,7 @@ def rollout(inventory: Path, hosts: list, reports: Path, collections: str | None
         env["ANSIBLE_COLLECTIONS_PATH"] = collections
     clocks = {host: host_clock(host) for host in hosts}
     done = benchlib.timed([str(benchlib.BIN / "ansible-playbook"), "-i", str(inventory),
-                           str(playbook_root / "playbooks" / "rollout.yml"), "-f", "10", "-e", f"sglang_version={NEW}",
+                           str(playbook_root / "playbooks" / "rollout.yml"), "-f", "10",
                            "-e", f"rollout_report_dir={reports}", "-e", f"kv_tune_report_dir={reports / 'kv_tune'}",
                            *extra], check=False, env=env)
     (reports / "ansible-playbook.log").write_text(done.stdout)
@@ -127,15 +130,22 @@ def main() -> None:
         with benchlib.sim_hosts(PREFIX, PROFILES) as (_tmp, inventory, hosts):
             leader = next(iter(yaml.safe_load((inventory / "hosts.yml").read_text()).values()))["hosts"][hosts[2]][
                 "ansible_host"]
-            benchlib.write_host_vars(inventory, hosts[1], TWO)
+            host_vars = {host: {} for host in hosts}
+            host_vars[hosts[1]] = TWO
             for rank, host in enumerate(hosts[2:4]):
-                benchlib.write_host_vars(inventory, host, {"sglang_service_server_args": {
+                host_vars[host] = {"sglang_service_server_args": {
                     "served_model_name": "llama-3.1-70b-instruct", "tp_size": 16, "nnodes": 2, "node_rank": rank,
-                    "dist_init_addr": f"{leader}:5000"}})
+                    "dist_init_addr": f"{leader}:5000"}}
+            for host, variables in host_vars.items():
+                benchlib.write_host_vars(inventory, host, variables)
             log("site.yml and tune_kv.yml at 0.5.9")
             benchlib.playbook(inventory, "playbooks/site.yml", "-f", "10")
             benchlib.playbook(inventory, "playbooks/tune_kv.yml", "-f", "10", "-e", '{"kv_tune_serial": "100%"}',
                               "-e", f"kv_tune_report_dir={work / 'tune'}", "-e", "kv_tune_plot=false")
+            # Each host's release from here on (an -e would give every host one).
+            for host, variables in host_vars.items():
+                benchlib.write_host_vars(inventory, host, dict(
+                    variables, sglang_version=FIELD_NEW if host == hosts[0] else NEW))
             for host in hosts[1:]:
                 data = benchlib.read_host_json(host)
                 data["memory_for_sglang_versions"] = LARGER_GRAPHS
@@ -158,7 +168,7 @@ def main() -> None:
 def report(refused, done_before, done_after, before, after, batches_before, batches_after) -> None:
     upgraded = [row for row in after if row["status"] in ("upgraded", "retuned", "unchanged")]
     starts = [row["starts"] for row in upgraded]
-    data = {"machine": benchlib.machine(), "release": NEW, "before_commit": BEFORE,
+    data = {"machine": benchlib.machine(), "release": NEW, "field_release": FIELD_NEW, "before_commit": BEFORE,
             "before_whole_fleet": {"rc": refused.rc, "seconds": round(refused.seconds, 1),
                                    "refused": "nothing was done" in refused.stdout},
             "before": {"rc": done_before.rc, "seconds": round(done_before.seconds, 1), "servers": before,
@@ -175,10 +185,11 @@ def report(refused, done_before, done_after, before, after, batches_before, batc
             if value else "-"
 
     lines = ["# The cost of an upgrade: rollout.yml across a release that changes memory", "",
-             "Machine: %s. Five simulated hosts (bench/bench_rollout.py): the field case (the canary, nothing "
-             "changes for it), a host with two servers, a server on two hosts, one more server; on the four H100 "
-             "hosts SGLang %s reserves about 6 GiB more for its CUDA graphs, so the pins tuned on 0.5.9 run out of "
-             "memory in its graph capture." % (data["machine"], NEW), "",
+             "Machine: %s. Five simulated hosts (bench/bench_rollout.py), deployed and tuned at SGLang 0.5.9: the "
+             "field case (the canary, with an EAGLE3 draft), going to %s, which counts the draft's weights and KV in "
+             "--mem-fraction-static; a host with two servers, a server on two hosts and one more server, going to %s, "
+             "which on these H100 hosts reserves about 6 GiB more for its CUDA graphs, so the pins tuned on 0.5.9 run "
+             "out of memory in its graph capture." % (data["machine"], FIELD_NEW, NEW), "",
              "## Before (%s)" % BEFORE, "",
              "The whole fleet: rc %d in %.0f s, %s." % (refused.rc, refused.seconds, "refused before anything was "
                                                         "touched (a host with two servers, a server on two hosts)"
@@ -197,11 +208,12 @@ def report(refused, done_before, done_after, before, after, batches_before, batc
                             [[row["server"], row["status"], row["starts"], row["tuner_restarts"],
                               pin(row["pin_before"]), pin(row["pin_after"])] for row in after], "llrrll"),
              "Starts: systemd's `Started` records of the server's unit during the run (its starts, failed ones "
-             "included). The upgrade's restart is on the old pin; where that pin runs out of memory on the new "
-             "release, the rollout stops the server and the tuner's re-tune reads that failed start (a server on "
-             "one host) or starts the old pin once more to read it (a server that spans hosts), then starts a safe "
-             "value and searches. One restart per server for the whole upgrade, the issue's target, is reached only "
-             "where the old pin holds: the restart on a value predicted for the new release is not built.", ""]
+             "included). The upgrade's restart is the re-tune's first trial: on the field host a value predicted "
+             "for %s (the pin plus the draft's weights and KV and the pin's spare headroom, over P), elsewhere the "
+             "old pin, since nothing the formula knows tells 0.5.10's graph reserve. Where that pin runs out of "
+             "memory, the rollout stops the server and the tuner's re-tune reads that failed start (a server on one "
+             "host) or starts the old pin once more to read it (a server that spans hosts), then starts a safe value "
+             "and searches." % FIELD_NEW, ""]
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -212,7 +224,7 @@ def report(refused, done_before, done_after, before, after, batches_before, batc
     for index, row in enumerate(after):
         axis.text(index, row["starts"] + 0.05, row["status"], ha="center", fontsize=8)
     axis.set_ylabel("starts during the rollout")
-    axis.set_title("rollout.yml to SGLang %s: starts per server (after)" % NEW)
+    axis.set_title("rollout.yml to SGLang %s (field: %s): starts per server (after)" % (NEW, FIELD_NEW))
     plt.setp(axis.get_xticklabels(), rotation=20, ha="right")
     benchlib.save("rollout", "\n".join(lines), data, figure)
 

@@ -20,7 +20,8 @@ A fake load balancer on the controller (an HTTP server in this process) records 
 calls. The tests run in file order and build on each other's state. One runs a rollout and a tune of the field host's
 unit at once, each way round: whichever came first holds the tuner's lock, and the other stops. The next one has a
 drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts the host back. Last, the field host
-alone goes to 0.5.17, which counts its draft in --mem-fraction-static: one start, on the value predicted for it.
+alone goes to 0.5.17, which counts its draft in --mem-fraction-static: a 0.5.17 that crashes is rolled back with the
+trial armed on the value predicted for it, then the real one takes one start, on that value.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from simhost_lib import (FACT_FILE, PLOT_OFF, REPO, ansible_journal, controller, deployed, fact, invocation, play,
-                         running_fraction, server_argv, set_faults, ssh, tune, wait_for, write_host_vars)
+                         running_fraction, server_argv, set_faults, ssh, trial_left, tune, wait_for, write_host_vars)
 
 PREFIX = "simroll"
 CANARY, FIELD = f"{PREFIX}1", f"{PREFIX}2"
@@ -276,6 +277,11 @@ def test_a_second_rollout_changes_nothing(fleet, tmp_path, lb):
     assert {row["status"] for row in summary(tmp_path).values()} == {"unchanged"}
 
 
+def revert_timers(host: str) -> str:
+    """The tuner's revert timers loaded on the host (systemd's list, empty when none)."""
+    return ssh(host, "systemctl list-units --all --plain --no-legend 'llmserve-kv-revert-*'").strip()
+
+
 def locked(host: str) -> bool:
     return ssh(host, "test -e %s && echo yes || true" % LOCK).strip() == "yes"
 
@@ -347,8 +353,29 @@ def test_a_release_that_counts_the_draft_in_the_fraction_is_started_once_on_the_
     where 0.5.10 loaded it after the target's pool. The upgrade's own restart starts 0.5.17 on the value the tuner
     would try first (the pin plus what moved and the pin's spare headroom, over P), armed as a trial with the host's
     revert timer; the re-tune measures that start in place under the load and pins it: one start for the upgrade and
-    the re-tune. The activations stay those of 0.5.10 here, so that only the difference the formula knows remains."""
-    set_faults(FIELD, _memory_for_sglang_versions=dict(LARGER_ACTIVATIONS, **{"0.5.17": LARGER_ACTIVATIONS["0.5.10"]}))
+    the re-tune. The activations stay those of 0.5.10 here, so that only the difference the formula knows remains.
+    First, the fault: a 0.5.17 that crashes at start is rolled back, and the armed trial goes with it (the old pin
+    restored on 0.5.10, no trial drop-in, no timer left to restart the server later)."""
+    memory = {"_memory_for_sglang_versions": dict(LARGER_ACTIVATIONS, **{"0.5.17": LARGER_ACTIVATIONS["0.5.10"]})}
+    pin_before = fact(FIELD)["text"]
+    since = ssh(FIELD, "date +%s").strip()
+    set_faults(FIELD, crash_at_startup=True, for_sglang_versions=["0.5.17"], **memory)
+    try:
+        run = rollout(fleet, tmp_path / "crash", lb, sglang_version="0.5.17", rollout_hosts=FIELD)
+    finally:
+        set_faults(FIELD, **memory)
+    assert run.status == "failed", run.stdout[-8000:]
+    row = summary(tmp_path / "crash")[FIELD]
+    assert (row["status"], row["after"]["sglang"]) == ("rolled_back", "0.5.10"), row
+    assert installed(FIELD) == "0.5.10" and served(FIELD) == {"0.5.10"}
+    assert running_fraction(FIELD, "sglang.service") == float(pin_before) and fact(FIELD)["text"] == pin_before
+    values = ssh(FIELD, f"journalctl -u sglang.service --since @{since} -o cat --no-pager | grep -o "
+                        "'mem_fraction_static=[0-9.]*' || true").split()
+    # the predicted trial's one start on 0.5.17 (Restart=no: it crashed once), then the pin on 0.5.10
+    assert len(values) == 2 and values[1] == "mem_fraction_static=%s" % float(pin_before), values
+    assert float(values[0].split("=")[1]) > float(pin_before), values
+    assert not trial_left(FIELD) and not revert_timers(FIELD)
+
     since = ssh(FIELD, "date +%s").strip()
     run = rollout(fleet, tmp_path, lb, sglang_version="0.5.17", rollout_hosts=FIELD)
     assert run.status == "successful", run.stdout[-8000:]
@@ -360,11 +387,10 @@ def test_a_release_that_counts_the_draft_in_the_fraction_is_started_once_on_the_
     values = ssh(FIELD, f"journalctl -u sglang.service --since @{since} -o cat --no-pager | grep -o "
                         "'mem_fraction_static=[0-9.]*' || true").split()
     assert values == ["mem_fraction_static=%s" % float(row["pin_after"]["value"])], (values, row)
-    assert float(row["pin_after"]["value"]) > float(row["pin_before"]["value"]), row
+    assert float(row["pin_after"]["value"]) > float(row["pin_before"]["value"]) == float(pin_before), row
     assert "counts the EAGLE3 draft's weights and KV" in run.stdout, run.stdout[-8000:]
     tuned = json.loads((tmp_path / "kv_tune" / f"{FIELD}.json").read_text())
     assert tuned["restarts"] == 0 and tuned["trials"][0]["restart"] is False, tuned["trials"]
     assert "runs this run's trial" in tuned["why"], tuned["why"]
     # committed: no trial drop-in and no revert timer left to restart the server later
-    assert not ssh(FIELD, "ls /run/systemd/system/sglang.service.d/ 2>/dev/null; systemctl list-units --all --plain "
-                          "--no-legend 'llmserve-kv-revert-*' || true").strip()
+    assert not trial_left(FIELD) and not revert_timers(FIELD)
