@@ -17,8 +17,10 @@ description:
   - One difference is known. From SGLang 0.5.14 an EAGLE-family draft's weights and KV count in
     C(--mem-fraction-static), which they did not before, so the value rises by them and by the pin's own spare
     headroom under the load, over P, on the grid and at or below the cap.
-  - Elsewhere the pin itself is started and measured in place, as before; so for a server that spans hosts and with
-    C(kv_tune_strategy=per_class).
+  - With C(kv_tune_strategy=per_class), a member whose class (its fingerprint on the new release) a host of an
+    earlier batch verified a value under starts that value, less O(margin_steps) grid steps, which its re-tune
+    verifies in place; nothing is predicted for the others.
+  - Elsewhere the pin itself is started and measured in place, as before; so for a server that spans hosts.
 options:
   _input:
     description: The M(llmserve.sglang.kv_fingerprint) results before the upgrade, one per unit (a loop's C(results)).
@@ -37,9 +39,18 @@ options:
     elements: dict
     required: true
   per_class:
-    description: Whether the re-tune runs per class (then nothing is predicted).
+    description: Whether the re-tune runs per class (then only O(class_plan)'s members get a value).
     type: bool
     default: false
+  class_plan:
+    description: With O(per_class), the host's classes on the new release (the filter
+      P(llmserve.sglang.rollout_class_plan#filter) of the O(on_disk) results).
+    type: dict
+  margin_steps:
+    description: With O(per_class), the grid steps a member verifies below its class's value
+      (C(kv_tune_class_margin_steps)).
+    type: int
+    default: 0
 """
 
 EXAMPLES = r"""
@@ -64,9 +75,10 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import upgra
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 
-def rollout_upgrade_trials(before, on_disk, boots, per_class=False):
-    """The units to arm a predicted trial on (plugin_utils/fleet/upgrade_value.py upgrade_trials)."""
-    return upgrade_value.upgrade_trials(plain(before), plain(on_disk), plain(boots), bool(per_class))
+def rollout_upgrade_trials(before, on_disk, boots, per_class=False, class_plan=None, margin_steps=0):
+    """The units to arm a first trial on (plugin_utils/fleet/upgrade_value.py upgrade_trials)."""
+    return upgrade_value.upgrade_trials(plain(before), plain(on_disk), plain(boots), bool(per_class),
+                                        plain(class_plan), int(margin_steps))
 
 
 class FilterModule:

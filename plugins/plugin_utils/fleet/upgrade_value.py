@@ -14,7 +14,9 @@ from SGLang 0.5.14 (kv_versions.V_CURRENT) an EAGLE-family draft's weights load 
 
 rounded down to the grid and kept at or below the cap (``headroom_pin``: the free memory under the load that the
 pin's own trial measured; the tuner's first prediction from it). The numbers are the running server's, read from its
-startup log before the upgrade (sglang_startup_facts). Pure; the filter rollout_upgrade_trials calls it.
+startup log before the upgrade (sglang_startup_facts). With kv_tune_strategy per_class, a member whose class an
+earlier batch already verified a value under on the new release starts that value (its re-tune's verification), and
+the others start the pin. Pure; the filter rollout_upgrade_trials calls it.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_base i
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_cell import EAGLE_FAMILY
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet.rollout import per_unit
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.class_values import class_value, verify_value
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.pool_model import effective_memory
 
 
@@ -80,24 +83,44 @@ def upgrade_value(entry: Any, boot: Any, old_version: Any, new_version: Any) -> 
             entry.get("text") or kv_search.value_text(pin), kv_search.value_text(value, resolution)))}
 
 
-def upgrade_trials(before: Any, on_disk: Any, boots: Any, per_class: bool = False) -> list[dict[str, Any]]:
-    """The units whose upgrade restart starts on a predicted value, as {unit, value, why}: ``before`` and ``on_disk``
-    are kv_fingerprint per unit before the upgrade and once the new SGLang is installed, ``boots``
-    sglang_startup_facts per unit of the running servers. Not for a server that spans hosts (its nodes start
-    together, and the tuner's multi-node path verifies node 0's value) nor with per_class (the class's value is
-    verified instead)."""
-    if per_class:
-        return []
+def class_member_value(entry: Any, pin: Any, margin_steps: int = 0) -> dict[str, Any]:
+    """per_class: {"value", "why"} for a member whose class (its fingerprint on the new release) a host of an earlier
+    batch already verified a value under: that value less the margin, as the member's re-tune would verify it (so
+    that the upgrade's restart is that verification); else {"value": None, "why"}."""
+    entry = entry if isinstance(entry, dict) else {}
+    value = class_value(entry)
+    if entry.get("role") != "member" or value is None:
+        return {"value": None, "why": "no value verified on this fingerprint yet: the pin, measured in place"}
+    settings = (pin.get("settings") if isinstance(pin, dict) else None) or {}
+    resolution = settings.get("resolution") or kv_search.DEFAULT_RESOLUTION
+    verified = verify_value(value, {"resolution": resolution, "cap": settings.get("cap") or kv_search.DEFAULT_CAP,
+                                    "class_margin_steps": margin_steps})
+    return {"value": kv_search.value_text(verified, resolution),
+            "why": "its class's value on the new release (%s)" % (entry.get("why") or entry.get("class"))}
+
+
+def upgrade_trials(before: Any, on_disk: Any, boots: Any, per_class: bool = False, class_plan: Any = None,
+                   margin_steps: int = 0) -> list[dict[str, Any]]:
+    """The units whose upgrade restart starts on another value than the pin, as {unit, value, why}: ``before`` and
+    ``on_disk`` are kv_fingerprint per unit before the upgrade and once the new SGLang is installed, ``boots``
+    sglang_startup_facts per unit of the running servers. With per_class, ``class_plan`` (rollout_class_plan of the
+    ``on_disk`` fingerprints) gives each member the value its class verified in an earlier batch (the
+    ``margin_steps`` of kv_tune_class_margin_steps below it), and nothing is predicted for the others (a canary
+    searches). Not for a server that spans hosts (its nodes start together, and the tuner's multi-node path
+    verifies node 0's value)."""
     found = []
     running = per_unit(boots)
     now = per_unit(on_disk)
+    members = (class_plan.get("units") if isinstance(class_plan, dict) else None) or {}
     for unit, res in per_unit(before).items():
         nnodes = (res.get("server_args") or {}).get("nnodes") or 1
         new_version = (now.get(unit) or {}).get("sglang_version")
         if int(nnodes) > 1 or not res.get("running") or not new_version:
             continue
-        boot = running.get(unit) or {}
-        decided = upgrade_value(res.get("pin"), boot, res.get("sglang_version"), new_version)
+        if per_class:
+            decided = class_member_value(members.get(unit), res.get("pin"), margin_steps)
+        else:
+            decided = upgrade_value(res.get("pin"), running.get(unit) or {}, res.get("sglang_version"), new_version)
         if decided["value"] is not None:
             found.append({"unit": unit, "value": decided["value"], "why": decided["why"]})
     return found

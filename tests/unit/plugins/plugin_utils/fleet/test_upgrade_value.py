@@ -83,10 +83,30 @@ def test_the_units_of_a_host_each_get_their_own_value():
     assert [(t["unit"], t["value"]) for t in trials] == [("sglang@a.service", "0.935")]
 
 
-def test_no_prediction_for_a_server_that_spans_hosts_or_per_class():
+def test_no_prediction_for_a_server_that_spans_hosts():
     before = [fingerprint("sglang.service", "0.5.9", nnodes=2)]
     boots = [dict(BOOT, item="sglang.service")]
     assert upgrade_trials(before, [fingerprint("sglang.service", "0.5.17")], boots) == []
-    before = [fingerprint("sglang.service", "0.5.9")]
-    assert upgrade_trials(before, [fingerprint("sglang.service", "0.5.17")], boots, per_class=True) == []
-    assert len(upgrade_trials(before, [fingerprint("sglang.service", "0.5.17")], boots)) == 1
+    member = {"units": {"sglang.service": {"role": "member", "value": 0.86, "why": "h1 holds the class's pin 0.86"}}}
+    assert upgrade_trials(before, [fingerprint("sglang.service", "0.5.17")], boots, True, member) == []
+
+
+def plan(*entries):
+    """rollout_class_plan's answer for the host's units: (unit, role, value)."""
+    return {"units": {unit: {"role": role, "value": value, "class": "C1",
+                             "why": "h1 holds the class's pin %s" % value if value else "searches"}
+                      for unit, role, value in entries}}
+
+
+def test_per_class_a_member_whose_class_an_earlier_batch_verified_starts_that_value():
+    units = ("sglang@a.service", "sglang@b.service", "sglang@c.service")
+    before = [fingerprint(unit, "0.5.9") for unit in units]
+    on_disk = [fingerprint(unit, "0.5.10") for unit in units]
+    classes = plan(("sglang@a.service", "member", 0.86), ("sglang@b.service", "canary", None),
+                   ("sglang@c.service", "member", None))   # c: its canary is b, on this host, not run yet
+    trials = upgrade_trials(before, on_disk, [], per_class=True, class_plan=classes)
+    assert trials == [{"unit": "sglang@a.service", "value": "0.860",
+                       "why": "its class's value on the new release (h1 holds the class's pin 0.86)"}]
+    # kv_tune_class_margin_steps below it, as the member's re-tune verifies it; no prediction from the draft
+    assert upgrade_trials(before, on_disk, [], True, classes, margin_steps=1)[0]["value"] == "0.855"
+    assert upgrade_trials(before, on_disk, [dict(BOOT, item=unit) for unit in units], True, plan()) == []
