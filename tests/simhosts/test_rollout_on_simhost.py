@@ -17,11 +17,11 @@ re-tuned for the new release per class (sglang@a searches, sglang@b verifies its
 re-tune's load, which backs off. A second run changes nothing.
 
 A fake load balancer on the controller (an HTTP server in this process) records the example drain/undrain hooks'
-calls. The tests run in file order and build on each other's state. One runs a rollout and a tune of the field host's
-unit at once, each way round: whichever came first holds the tuner's lock, and the other stops. The next one has a
-drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts the host back. Last, the field host
-alone goes to 0.5.17, which counts its draft in --mem-fraction-static: a 0.5.17 that crashes is rolled back with the
-trial armed on the value predicted for it, then the real one takes one start, on that value.
+calls. The tests run in file order and build on each other's state. Two run a rollout and a tune of the field host's
+unit at once, one each way round: whichever came first holds the tuner's lock, and the other stops; the rollout that
+goes on takes the field host to 0.5.17, which counts its draft in --mem-fraction-static: one start, on the value
+predicted for it. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
+the host back.
 """
 from __future__ import annotations
 
@@ -310,26 +310,50 @@ def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb
     log = (tmp_path / "tune" / "controller.log").read_text()
     assert re.search(r"\[kv_tune\] %s: under load [0-9.]+ \(2[0-4]/25 s\)" % re.escape(FIELD), log), log[-5000:]
 
-    # A rollout in the field host's drain hook (it waits 20 s there): a tune of the unit refuses, naming the rollout,
-    # and restarts nothing; the rollout then goes on.
+
+def test_a_tune_during_a_rollout_refuses_and_0_5_17_starts_once_on_the_value_predicted_for_it(fleet, tmp_path, lb):
+    """A rollout in the field host's drain hook (it waits 20 s there): a tune of the unit refuses, naming the rollout,
+    and restarts nothing; the rollout then goes on, to 0.5.17 (issue 35, item 3). 0.5.17 counts the field host's
+    EAGLE3 draft (its weights and KV) in --mem-fraction-static, where 0.5.10 loaded it after the target's pool: the
+    upgrade's own restart starts 0.5.17 on the value the tuner would try first (the pin plus what moved and the pin's
+    spare headroom, over P), armed as a trial with the host's revert timer, and the re-tune measures that start in
+    place under the load and pins it: one start for the upgrade and the re-tune. The activations stay those of 0.5.10
+    here, so that only the difference the formula knows remains."""
+    set_faults(FIELD, _memory_for_sglang_versions=dict(LARGER_ACTIVATIONS, **{"0.5.17": LARGER_ACTIVATIONS["0.5.10"]}))
+    pin_before = fact(FIELD)["text"]
+    since = ssh(FIELD, "date +%s").strip()
     done = {}
     rolling = threading.Thread(target=lambda: done.update(run=rollout(
-        fleet, tmp_path / "rollout", lb, sglang_version="0.5.10", rollout_hosts=FIELD, example_lb_drain_seconds=20)))
+        fleet, tmp_path, lb, sglang_version="0.5.17", rollout_hosts=FIELD, example_lb_drain_seconds=20)))
     rolling.start()
     try:
         assert wait_for(lambda: (FIELD, "drain") in lb.calls, 180), lb.calls
         assert locked(FIELD)
-        started = invocation(FIELD)
         tuned = tune(fleet, tmp_path / "during-rollout", limit=FIELD, kv_tune_force=True)
         assert tuned.status == "failed", tuned.stdout[-8000:]
         assert "is held by run" in tuned.stdout and "from rollout.yml on" in tuned.stdout, tuned.stdout[-5000:]
-        assert invocation(FIELD) == started
     finally:
         rolling.join(600)
-    assert done["run"].status == "successful", done["run"].stdout[-8000:]
-    assert summary(tmp_path / "rollout")[FIELD]["status"] == "unchanged"
+    run = done["run"]
+    assert run.status == "successful", run.stdout[-8000:]
     assert lb.calls[-2:] == [(FIELD, "drain"), (FIELD, "undrain")]
     assert not locked(FIELD)
+    row = summary(tmp_path)[FIELD]
+    assert (row["status"], row["retune"]) == ("upgraded", "tuned"), row
+    assert (row["before"]["sglang"], row["after"]["sglang"]) == ("0.5.10", "0.5.17")
+    assert installed(FIELD) == "0.5.17" and served(FIELD) == {"0.5.17"}
+    # The one start since (the refused tune restarted nothing) ran 0.5.17 on the predicted value, which the load
+    # verified and the re-tune pinned without a restart of its own.
+    values = ssh(FIELD, f"journalctl -u sglang.service --since @{since} -o cat --no-pager | grep -o "
+                        "'mem_fraction_static=[0-9.]*' || true").split()
+    assert values == ["mem_fraction_static=%s" % float(row["pin_after"]["value"])], (values, row)
+    assert float(row["pin_after"]["value"]) > float(row["pin_before"]["value"]) == float(pin_before), row
+    assert "counts the EAGLE3 draft's weights and KV" in run.stdout, run.stdout[-8000:]
+    retuned = json.loads((tmp_path / "kv_tune" / f"{FIELD}.json").read_text())
+    assert retuned["restarts"] == 0 and retuned["trials"][0]["restart"] is False, retuned["trials"]
+    assert "runs this run's trial" in retuned["why"], retuned["why"]
+    # committed: no trial drop-in and no revert timer left to restart the server later
+    assert not trial_left(FIELD) and not revert_timers(FIELD)
 
 
 def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet, tmp_path, lb):
@@ -346,53 +370,3 @@ def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet
     assert lb.calls == [(CANARY, "undrain")], lb.calls     # the other host was never touched
     assert starts(CANARY) == started and served(CANARY) == version
     assert not ssh(CANARY, "ls /run/llmserve/ | grep '\\.lock$' || true").strip()
-
-
-def test_a_release_that_counts_the_draft_in_the_fraction_is_started_once_on_the_value_it_needs(fleet, tmp_path, lb):
-    """Issue 35, item 3: 0.5.17 counts the field host's EAGLE3 draft (its weights and KV) in --mem-fraction-static,
-    where 0.5.10 loaded it after the target's pool. The upgrade's own restart starts 0.5.17 on the value the tuner
-    would try first (the pin plus what moved and the pin's spare headroom, over P), armed as a trial with the host's
-    revert timer; the re-tune measures that start in place under the load and pins it: one start for the upgrade and
-    the re-tune. The activations stay those of 0.5.10 here, so that only the difference the formula knows remains.
-    First, the fault: a 0.5.17 that crashes at start is rolled back, and the armed trial goes with it (the old pin
-    restored on 0.5.10, no trial drop-in, no timer left to restart the server later)."""
-    memory = {"_memory_for_sglang_versions": dict(LARGER_ACTIVATIONS, **{"0.5.17": LARGER_ACTIVATIONS["0.5.10"]})}
-    pin_before = fact(FIELD)["text"]
-    since = ssh(FIELD, "date +%s").strip()
-    set_faults(FIELD, crash_at_startup=True, for_sglang_versions=["0.5.17"], **memory)
-    try:
-        run = rollout(fleet, tmp_path / "crash", lb, sglang_version="0.5.17", rollout_hosts=FIELD)
-    finally:
-        set_faults(FIELD, **memory)
-    assert run.status == "failed", run.stdout[-8000:]
-    row = summary(tmp_path / "crash")[FIELD]
-    assert (row["status"], row["after"]["sglang"]) == ("rolled_back", "0.5.10"), row
-    assert installed(FIELD) == "0.5.10" and served(FIELD) == {"0.5.10"}
-    assert running_fraction(FIELD, "sglang.service") == float(pin_before) and fact(FIELD)["text"] == pin_before
-    values = ssh(FIELD, f"journalctl -u sglang.service --since @{since} -o cat --no-pager | grep -o "
-                        "'mem_fraction_static=[0-9.]*' || true").split()
-    # the predicted trial's start on 0.5.17 (the simulated crash is instant, so sglang_service's "start what is not
-    # running" may start it once more before its wait: a real start takes minutes), then the pin on 0.5.10
-    predicted, pin_start = values[:-1], values[-1]
-    assert pin_start == "mem_fraction_static=%s" % float(pin_before), values
-    assert predicted and len(set(predicted)) == 1 and float(predicted[0].split("=")[1]) > float(pin_before), values
-    assert not trial_left(FIELD) and not revert_timers(FIELD)
-
-    since = ssh(FIELD, "date +%s").strip()
-    run = rollout(fleet, tmp_path, lb, sglang_version="0.5.17", rollout_hosts=FIELD)
-    assert run.status == "successful", run.stdout[-8000:]
-    row = summary(tmp_path)[FIELD]
-    assert (row["status"], row["retune"]) == ("upgraded", "tuned"), row
-    assert (row["before"]["sglang"], row["after"]["sglang"]) == ("0.5.10", "0.5.17")
-    assert installed(FIELD) == "0.5.17" and served(FIELD) == {"0.5.17"}
-    # The one start on 0.5.17 ran the predicted value, which the load verified and the re-tune pinned, no restart.
-    values = ssh(FIELD, f"journalctl -u sglang.service --since @{since} -o cat --no-pager | grep -o "
-                        "'mem_fraction_static=[0-9.]*' || true").split()
-    assert values == ["mem_fraction_static=%s" % float(row["pin_after"]["value"])], (values, row)
-    assert float(row["pin_after"]["value"]) > float(row["pin_before"]["value"]) == float(pin_before), row
-    assert "counts the EAGLE3 draft's weights and KV" in run.stdout, run.stdout[-8000:]
-    tuned = json.loads((tmp_path / "kv_tune" / f"{FIELD}.json").read_text())
-    assert tuned["restarts"] == 0 and tuned["trials"][0]["restart"] is False, tuned["trials"]
-    assert "runs this run's trial" in tuned["why"], tuned["why"]
-    # committed: no trial drop-in and no revert timer left to restart the server later
-    assert not trial_left(FIELD) and not revert_timers(FIELD)
