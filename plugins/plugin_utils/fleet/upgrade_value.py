@@ -31,6 +31,15 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.class_values
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.pool_model import effective_memory
 
 
+def pin_settings(entry: Any) -> tuple[float, float, float]:
+    """(resolution, cap, safety_gib) the pin was verified with (its fact entry's settings; the tuner's defaults where
+    it does not say): the grid and bounds a value started for it stays on."""
+    settings = (entry.get("settings") if isinstance(entry, dict) else None) or {}
+    safety = settings.get("safety_gib")
+    return (settings.get("resolution") or kv_search.DEFAULT_RESOLUTION, settings.get("cap") or kv_search.DEFAULT_CAP,
+            1.0 if safety is None else float(safety))
+
+
 def pin_headroom(entry: dict[str, Any]) -> float | None:
     """The free memory under the load that the trial of the pin's own value measured (the fact entry's trials)."""
     for trial in reversed(entry.get("trials") or []):
@@ -65,10 +74,7 @@ def upgrade_value(entry: Any, boot: Any, old_version: Any, new_version: Any) -> 
             or abs(args["mem_fraction_static"] - pin) > kv_search.TOLERANCE):
         return {"value": None, "why": "the running start's log does not give the pin's draft and P: the pin, "
                                       "measured in place"}
-    settings = entry.get("settings") or {}
-    resolution = settings.get("resolution") or kv_search.DEFAULT_RESOLUTION
-    cap = settings.get("cap") or kv_search.DEFAULT_CAP
-    safety = float(settings["safety_gib"]) if settings.get("safety_gib") is not None else 1.0
+    resolution, cap, safety = pin_settings(entry)
     moved = float(boot["draft_weights_gib"]) + float(boot.get("draft_kv_size_gib") or 0.0)
     headroom = pin_headroom(entry)
     spare = max(0.0, headroom - safety) if headroom is not None else 0.0
@@ -91,10 +97,8 @@ def class_member_value(entry: Any, pin: Any, margin_steps: int = 0) -> dict[str,
     value = class_value(entry)
     if entry.get("role") != "member" or value is None:
         return {"value": None, "why": "no value verified on this fingerprint yet: the pin, measured in place"}
-    settings = (pin.get("settings") if isinstance(pin, dict) else None) or {}
-    resolution = settings.get("resolution") or kv_search.DEFAULT_RESOLUTION
-    verified = verify_value(value, {"resolution": resolution, "cap": settings.get("cap") or kv_search.DEFAULT_CAP,
-                                    "class_margin_steps": margin_steps})
+    resolution, cap, _safety = pin_settings(pin)
+    verified = verify_value(value, {"resolution": resolution, "cap": cap, "class_margin_steps": margin_steps})
     return {"value": kv_search.value_text(verified, resolution),
             "why": "its class's value on the new release (%s)" % (entry.get("why") or entry.get("class"))}
 
