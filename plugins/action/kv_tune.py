@@ -158,9 +158,11 @@ class ActionModule(ActionBase):
             neighbours=step["neighbours"], tuned=step["tuned"], outcome_of=self._outcome_of, lock_held=bool(held))
         self._armed, self._node_link = False, None
         self._progress = progress_lines.Progress(run.label, time.monotonic)
+        gone = False
         try:
             result = self._drive(run.steps(), run)
         except Exception as exc:
+            gone = isinstance(exc, ControllerGone)
             reverted = self._revert_if_armed(run)
             if not isinstance(exc, _EXPECTED):
                 self._release(run, {"failed": True, "msg": str(exc)})
@@ -168,7 +170,7 @@ class ActionModule(ActionBase):
             result = run.failed(str(exc), reverted)
         finally:
             if run.locked:   # the run knows: it takes the lock, and hears each answer before its next step
-                self._cleanup(run, run.unlock(), "could not release the tuning lock of %s (%%s); it lapses by itself"
+                self._cleanup(run, run.unlock(gone), "could not release the tuning lock of %s (%%s); it lapses by itself"
                               % run.args["unit"])
         self._release(run, result)
         return self._drive(run.finish(result), run)

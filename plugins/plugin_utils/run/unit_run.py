@@ -90,9 +90,12 @@ class UnitRun(object):
         """Back to the last-known-good value now (the trial in progress, on every node)."""
         return (yield from self.calls.trial("reverted"))
 
-    def unlock(self) -> Steps[Optional[Result]]:
-        if self.ctx.lock_held:
-            return None     # the caller's: it is still upgrading the host, and lets go when it is done
+    def unlock(self, controller_gone: bool = False) -> Steps[Optional[Result]]:
+        """Release the run's lock. A caller's lock (rollout.yml's) is left to it, which is still upgrading the host,
+        unless the controller is gone: then nobody will finish that upgrade, and the lock let go now is what puts the
+        host back on its release of before (its release guard) at once, not at the end of the lock's lease."""
+        if self.ctx.lock_held and not controller_gone:
+            return None
         return (yield from self.calls.trial("unlocked"))
 
     # -- the run ---------------------------------------------------------------------------------------------------
