@@ -182,6 +182,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
+from ansible_collections.llmserve.sglang.plugins.module_utils.host import host_files
 from ansible_collections.llmserve.sglang.plugins.module_utils.host.host_commands import (
     C_LOCALE, SystemctlError, list_units, unit_properties)
 
@@ -224,13 +225,7 @@ class KvTrial(object):
         directory = os.path.dirname(path)
         if not os.path.isdir(directory):
             os.makedirs(directory, 0o755)
-        tmp = "%s.kv_trial.%d" % (path, os.getpid())
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.chown(tmp, 0, 0)
-        self.module.atomic_move(tmp, path)
-        os.chmod(path, mode)
+        host_files.write_root_owned(self.module.atomic_move, path, text, mode, "kv_trial")
         self.changed = True
         return True
 

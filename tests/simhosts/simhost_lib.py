@@ -280,15 +280,16 @@ def tune(inventory: Path, reports: Path, limit: str | None = None, serial: str |
     return play(inventory, playbook=TUNE_KV, extravars=extravars, cmdline=cmdline)
 
 
-def controller(inventory: Path, reports: Path, log: bool = True, **extravars) -> subprocess.Popen:
-    """ansible-playbook tune_kv.yml in the background, in ``reports`` and a session of its own (os.killpg kills it
-    and its children); its output to reports/controller.log (``log``), else nowhere."""
+def controller(inventory: Path, reports: Path, log: bool = True, playbook: Path = TUNE_KV,
+               **extravars) -> subprocess.Popen:
+    """ansible-playbook ``playbook`` (tune_kv.yml) in the background, in ``reports`` and a session of its own
+    (os.killpg kills it and its children); its output to reports/controller.log (``log``), else nowhere."""
     env = dict(os.environ, **{key: value for key, value in _envvars().items() if key != "ANSIBLE_NOCOLOR"})
     extravars = {"kv_tune_report_dir": str(reports), **PLOT_OFF, **extravars}
     # pylint: disable-next=consider-using-with
     out = open(reports / "controller.log", "w", encoding="utf-8") if log else subprocess.DEVNULL
     return subprocess.Popen([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-                             str(TUNE_KV), "-e", json.dumps(extravars)], env=env, cwd=str(reports), stdout=out,
+                             str(playbook), "-e", json.dumps(extravars)], env=env, cwd=str(reports), stdout=out,
                             stderr=subprocess.STDOUT if log else subprocess.DEVNULL, start_new_session=True)
 
 

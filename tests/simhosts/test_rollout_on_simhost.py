@@ -20,7 +20,8 @@ A fake load balancer on the controller (an HTTP server in this process) records 
 calls. The tests run in file order and build on each other's state. Two run a rollout and a tune of the field host's
 unit at once, one each way round: whichever came first holds the tuner's lock, and the other stops; the rollout that
 goes on takes the field host to 0.5.17, which counts its draft in --mem-fraction-static: one start, on the value
-predicted for it. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
+predicted for it. Then a rollout back to 0.5.10 is killed once the field host runs it: the host goes back to
+0.5.17 and its pin by itself once the rollout's lock lapses. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
 the host back.
 """
 from __future__ import annotations
@@ -135,6 +136,14 @@ def served(host: str) -> set:
                         "base + '/get_server_info', headers=auth)))['version'])\"")
         found.add(out.strip())
     return found
+
+
+def serving(host: str) -> set:
+    """served(host), or nothing while a server does not answer yet."""
+    try:
+        return served(host)
+    except AssertionError:
+        return set()
 
 
 def starts(host: str) -> dict:
@@ -354,6 +363,40 @@ def test_a_tune_during_a_rollout_refuses_and_0_5_17_starts_once_on_the_value_pre
     assert "runs this run's trial" in retuned["why"], retuned["why"]
     # committed: no trial drop-in and no revert timer left to restart the server later
     assert not trial_left(FIELD) and not revert_timers(FIELD)
+
+
+def release_guards(host: str) -> str:
+    """The release guards the host has: their timers (loaded) and the copies of a venv they keep."""
+    return ssh(host, "systemctl list-units --all --plain --no-legend 'llmserve-release-guard-*'; "
+                     "ls -d /opt/sglang/venv.before-* /var/lib/llmserve/release-guard/* 2>/dev/null || true").strip()
+
+
+def test_a_controller_killed_after_the_upgrade_puts_the_host_back_on_its_release_and_pin(fleet, tmp_path, lb):
+    """rollout.yml, taking the field host from 0.5.17 to 0.5.10, is killed (SIGKILL: no handler, no cleanup) once the
+    host runs 0.5.10, a release on which no load verified its pin. The host kept 0.5.17, its pin and its fact file
+    (release_guard) and, once the rollout's locks lapse, goes back to them by itself. The lease is hours long from
+    the rollout's lock (the driver, SGLang and a model download must fit in it); the test ends it, writing the lock's
+    expiry into the past, rather than wait."""
+    pin_before, started = pins(FIELD), starts(FIELD)
+    assert installed(FIELD) == "0.5.17" and not release_guards(FIELD)
+    (tmp_path / "rollout").mkdir()
+    rolling = controller(fleet, tmp_path / "rollout", playbook=REPO / "playbooks" / "rollout.yml",
+                         sglang_version="0.5.10", rollout_hosts=FIELD, rollout_report_dir=str(tmp_path / "rollout"))
+    try:
+        assert wait_for(lambda: installed(FIELD) == "0.5.10" and starts(FIELD) != started, 300), \
+            (tmp_path / "rollout" / "controller.log").read_text()[-5000:]
+    finally:
+        os.killpg(rolling.pid, signal.SIGKILL)
+        rolling.wait(30)
+    assert "llmserve-release-guard-" in release_guards(FIELD)
+    ssh(FIELD, "python3 -c \"import json, time; path = '%s'; lock = json.load(open(path)); "
+               "lock['expires'] = int(time.time()) - 1; open(path, 'w').write(json.dumps(lock))\"" % LOCK)
+    assert wait_for(lambda: installed(FIELD) == "0.5.17" and not release_guards(FIELD), 120), release_guards(FIELD)
+    assert wait_for(lambda: serving(FIELD) == {"0.5.17"}, 180), ssh(FIELD, "systemctl status sglang.service || true")
+    assert pins(FIELD) == pin_before and not trial_left(FIELD) and not revert_timers(FIELD)
+    assert running_fraction(FIELD) == fact(FIELD)["mem_fraction_static"]
+    assert "back to the release and pins of before the upgrade" in ssh(
+        FIELD, "journalctl -u 'llmserve-release-guard-*' -o cat --no-pager")
 
 
 def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet, tmp_path, lb):

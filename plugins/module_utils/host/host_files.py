@@ -270,3 +270,15 @@ def process_start_time(pid: int, proc: str = "/proc") -> float:
         boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
     # Field 22 of stat (the 20th after the command's closing parenthesis): start time in clock ticks after boot.
     return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def write_root_owned(atomic_move: Callable[[str, str], None], path: str, text: str, mode: int, tag: str) -> None:
+    """Write ``text`` to ``path`` as root's alone with ``mode``: a temporary file beside it (named with ``tag``), then
+    ``atomic_move`` (AnsibleModule.atomic_move: the rename, SELinux contexts kept)."""
+    tmp = "%s.%s.%d" % (path, tag, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(tmp, mode)
+    os.chown(tmp, 0, 0)
+    atomic_move(tmp, path)
+    os.chmod(path, mode)

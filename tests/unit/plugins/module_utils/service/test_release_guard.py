@@ -1,0 +1,193 @@
+# Copyright (c) 2026, llmserve.sglang contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""release_guard: the manifest, and the host script's decision (wait, retire, revert) and its revert, on files in a
+temporary directory (the script's own functions, as the timer and the module run them)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin, release_guard
+
+RUN = "1f2e3d4c"
+UNITS = ["sglang@a.service", "sglang@b.service"]
+NOW = 1_800_000_000.0
+SCRIPT = release_guard.functions()
+
+
+def lock(run=RUN, expires=NOW + 600):
+    return json.dumps({"run_id": run, "controller": "ops1 pid 7", "renewed": 1, "expires": expires}).encode()
+
+
+def facts(**pins):
+    """The fact file: unit -> (value, the fingerprint it was verified on)."""
+    return json.dumps({unit: {"mem_fraction_static": value, "fingerprint_hash": digest * 64}
+                       for unit, (value, digest) in pins.items()}).encode()
+
+
+BEFORE = facts(**{"sglang@a.service": (0.91, "a"), "sglang@b.service": (0.9, "b")})
+
+
+@pytest.fixture
+def guard(tmp_path):
+    """A manifest of two units whose paths all lie under tmp_path, with the fact file kept before the upgrade."""
+    data = release_guard.manifest(RUN, UNITS, str(tmp_path / "venv"), str(tmp_path / "sglang_kv.fact"), {}, 30)
+    data["locks"] = [str(tmp_path / ("%s.lock" % unit)) for unit in UNITS]
+    data["trials"] = [str(tmp_path / "run" / ("%s.d" % unit) / "90-kv-trial.conf") for unit in UNITS]
+    pins = [str(tmp_path / "etc" / ("%s.d" % unit) / "50-kv-tune.conf") for unit in UNITS]
+    state = tmp_path / "state" / RUN
+    state.mkdir(parents=True)
+    (state / "kept-0").write_text("pin a 0.910\n")
+    (state / "kept-2").write_bytes(BEFORE)
+    data["saved"] = {pins[0]: str(state / "kept-0"), pins[1]: None, data["fact_path"]: str(state / "kept-2")}
+    (state / "manifest.json").write_text(release_guard.manifest_text(data))
+    return data
+
+
+def files_of(mapping):
+    return mapping.get
+
+
+def test_the_manifest_names_each_units_lock_trial_and_this_runs_trial_timer():
+    data = release_guard.manifest(RUN, UNITS, "/opt/sglang/venv", kv_pin.FACT_PATH, {}, 30)
+    assert data["snapshot"] == "/opt/sglang/venv.before-1f2e3d4c"
+    assert data["locks"] == ["/run/llmserve/kv-tune-sglang@a.service.lock", "/run/llmserve/kv-tune-sglang@b.service.lock"]
+    assert data["trials"][1] == "/run/systemd/system/sglang@b.service.d/90-kv-trial.conf"
+    assert data["trial_timers"] == ["llmserve-kv-revert-1f2e3d4c-sglang-a.timer",
+                                    "llmserve-kv-revert-1f2e3d4c-sglang-b.timer"]
+    assert data["timer"] == "llmserve-release-guard-1f2e3d4c.timer"
+    assert release_guard.files_to_keep(UNITS, kv_pin.FACT_PATH) == [
+        "/etc/systemd/system/sglang@a.service.d/50-kv-tune.conf",
+        "/etc/systemd/system/sglang@b.service.d/50-kv-tune.conf", kv_pin.FACT_PATH]
+
+
+@pytest.mark.parametrize("args, message", [
+    ((RUN, [], "/opt/sglang/venv", kv_pin.FACT_PATH, {}, 30), "at least one"),
+    ((RUN, ["sglang"], "/opt/sglang/venv", kv_pin.FACT_PATH, {}, 30), "systemd service name"),
+    (("ABC", UNITS, "/opt/sglang/venv", kv_pin.FACT_PATH, {}, 30), "run"),
+    ((RUN, UNITS, "opt/sglang/venv", kv_pin.FACT_PATH, {}, 30), "absolute"),
+    ((RUN, UNITS, "/opt/sglang/venv/", kv_pin.FACT_PATH, {}, 30), "trailing slash"),
+    ((RUN, UNITS, "/", kv_pin.FACT_PATH, {}, 30), "absolute"),
+    ((RUN, UNITS, "/opt/sglang/venv", kv_pin.FACT_PATH, {}, 4), "interval must lie in"),
+])
+def test_a_manifest_of_bad_input_is_refused_with_what_is_wrong(args, message):
+    with pytest.raises(kv_pin.PinError, match=message):
+        release_guard.manifest(*args)
+
+
+def test_it_waits_while_the_run_holds_every_lock(guard):
+    assert SCRIPT["decide"](guard, files_of({path: lock() for path in guard["locks"]}), NOW) == "wait"
+
+
+@pytest.mark.parametrize("locks", [
+    {0: lock(expires=NOW - 1)},            # lapsed: the controller died
+    {0: None},                             # gone: released
+    {0: lock(run="9a8b7c6d")},             # another run's
+    {0: b"{not json"},                     # unreadable: protects nothing
+])
+def test_a_lock_that_lapsed_is_released_or_another_runs_puts_the_host_back(guard, locks):
+    files = {path: lock() for path in guard["locks"]}
+    files.update({guard["locks"][index]: text for index, text in locks.items()})
+    files[guard["fact_path"]] = BEFORE
+    files[guard["saved"][guard["fact_path"]]] = BEFORE
+    assert SCRIPT["decide"](guard, files_of(files), NOW) == "revert"
+
+
+def test_every_server_pinned_again_since_retires_the_guard_without_a_revert(guard):
+    files = {guard["fact_path"]: facts(**{"sglang@a.service": (0.93, "c"), "sglang@b.service": (0.92, "c")}),
+             guard["saved"][guard["fact_path"]]: BEFORE}
+    assert SCRIPT["decide"](guard, files_of(files), NOW) == "retire"
+
+
+@pytest.mark.parametrize("now_facts, trial", [
+    (facts(**{"sglang@a.service": (0.93, "c"), "sglang@b.service": (0.9, "b")}), False),   # b on its old pin
+    (facts(**{"sglang@a.service": (0.93, "c")}), False),                                  # b has no pin (reset)
+    (facts(**{"sglang@a.service": (0.93, "c"), "sglang@b.service": (0.92, "c")}), True),   # a trial pending
+    (b"", False),                                                                          # the fact file emptied
+    # the same pins written again without their pool cap (the rollout does that before the new release starts):
+    # verified on the fingerprint of before, not on the new release
+    (json.dumps({unit: {"mem_fraction_static": value, "fingerprint_hash": digest * 64, "uncapped": True}
+                 for unit, (value, digest) in {"sglang@a.service": (0.91, "a"),
+                                               "sglang@b.service": (0.9, "b")}.items()}).encode(), False),
+])
+def test_a_server_not_pinned_again_or_a_trial_pending_puts_the_host_back(guard, now_facts, trial):
+    files = {guard["fact_path"]: now_facts, guard["saved"][guard["fact_path"]]: BEFORE}
+    if trial:
+        files[guard["trials"][1]] = b"[Service]\n"
+    assert SCRIPT["decide"](guard, files_of(files), NOW) == "revert"
+
+
+def test_a_unit_that_had_no_pin_before_counts_as_pinned_again_once_it_has_one(guard):
+    guard["saved"][guard["fact_path"]] = None
+    files = {guard["fact_path"]: facts(**{"sglang@a.service": (0.93, "c"), "sglang@b.service": (0.92, "c")})}
+    assert SCRIPT["decide"](guard, files_of(files), NOW) == "retire"
+
+
+def venv(path, version):
+    site = path / "lib" / "python3.11" / "site-packages" / ("sglang-%s.dist-info" % version)
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Name: sglang\nVersion: %s\n" % version)
+
+
+def test_revert_puts_the_release_pins_and_facts_back_and_starts_the_units(guard, tmp_path):
+    venv(tmp_path / "venv", "0.5.10")
+    venv(tmp_path / "venv.before-1f2e3d4c", "0.5.9")
+    pins = sorted(path for path in guard["saved"] if path.endswith(".conf"))
+    for path in pins + guard["trials"]:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("written by the re-tune\n")
+    (tmp_path / "sglang_kv.fact").write_bytes(facts(**{"sglang@a.service": (0.93, "c")}))
+    calls = []
+    SCRIPT["revert"](guard, lambda *argv: calls.append(argv) or 0, str(tmp_path / "state"))
+    assert os.listdir(tmp_path / "venv" / "lib" / "python3.11" / "site-packages") == ["sglang-0.5.9.dist-info"]
+    assert sorted(os.listdir(tmp_path)) == ["etc", "run", "sglang_kv.fact", "state", "venv"]   # no copy left
+    assert (tmp_path / "etc" / "sglang@a.service.d" / "50-kv-tune.conf").read_text() == "pin a 0.910\n"
+    assert not os.path.exists(pins[1])                  # b had no pin before
+    assert (tmp_path / "sglang_kv.fact").read_bytes() == BEFORE
+    assert not any(os.path.exists(path) for path in guard["trials"])
+    assert not os.path.exists(tmp_path / "state" / RUN)
+    # stopped first (nothing runs while the venv moves), started last, the guard's own timer stopped
+    assert calls == [("systemctl", "stop", *UNITS),
+                     ("systemctl", "stop", *guard["trial_timers"]),
+                     ("systemctl", "daemon-reload"),
+                     ("systemctl", "reset-failed", *UNITS),
+                     ("systemctl", "start", "--no-block", *UNITS),
+                     ("systemctl", "stop", "--no-block", guard["timer"])]
+
+
+def test_restoring_the_release_twice_changes_nothing_the_second_time(guard, tmp_path):
+    venv(tmp_path / "venv", "0.5.10")
+    venv(tmp_path / "venv.before-1f2e3d4c", "0.5.9")
+    assert SCRIPT["restore_release"](guard) is True
+    assert SCRIPT["restore_release"](guard) is False
+    assert os.listdir(tmp_path / "venv" / "lib" / "python3.11" / "site-packages") == ["sglang-0.5.9.dist-info"]
+
+
+def test_retire_removes_the_copy_and_the_state_and_stops_the_timer(guard, tmp_path):
+    venv(tmp_path / "venv", "0.5.10")
+    venv(tmp_path / "venv.before-1f2e3d4c.partial", "0.5.9")
+    venv(tmp_path / "venv.before-1f2e3d4c", "0.5.9")
+    calls = []
+    SCRIPT["retire"](guard, lambda *argv: calls.append(argv) or 0, str(tmp_path / "state"))
+    assert sorted(os.listdir(tmp_path)) == ["state", "venv"]
+    assert os.listdir(tmp_path / "state") == []
+    assert calls == [("systemctl", "stop", "--no-block", "llmserve-release-guard-1f2e3d4c.timer")]
+
+
+def test_the_installed_script_is_valid_python_run_by_the_given_interpreter(tmp_path):
+    text = release_guard.script_text(sys.executable)
+    assert text.startswith("#!%s\n" % sys.executable)
+    script = tmp_path / "llmserve-release-guard"
+    script.write_text(text)
+    compile(text, str(script), "exec")
+    # a run with nothing kept says so (and stops its timer: systemctl is not here, which it survives)
+    result = subprocess.run([sys.executable, "-c", "import runpy, sys; sys.argv = %r; "
+                             "runpy.run_path(%r, run_name='__main__')" % ([str(script), RUN, "check"], str(script))],
+                            capture_output=True, text=True, check=False, env={"PATH": str(tmp_path)})
+    assert "run 1f2e3d4c has nothing kept" in result.stdout, result
