@@ -51,6 +51,11 @@ options:
       (C(kv_tune_class_margin_steps)).
     type: int
     default: 0
+  settings:
+    description: This run's C(kv_tune_resolution), C(kv_tune_cap) and C(kv_tune_safety_gib) as C(resolution), C(cap)
+      and C(safety_gib), where the inventory or C(-e) sets them (V(null) or absent, each); where not, those the pin
+      was verified with. A value is never predicted above the cap that the re-tune runs with.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -75,10 +80,10 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import upgra
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.plain import plain
 
 
-def rollout_upgrade_trials(before, on_disk, boots, per_class=False, class_plan=None, margin_steps=0):
+def rollout_upgrade_trials(before, on_disk, boots, per_class=False, class_plan=None, margin_steps=0, settings=None):
     """The units to arm a first trial on (plugin_utils/fleet/upgrade_value.py upgrade_trials)."""
     return upgrade_value.upgrade_trials(plain(before), plain(on_disk), plain(boots), bool(per_class),
-                                        plain(class_plan), int(margin_steps))
+                                        plain(class_plan), int(margin_steps), plain(settings))
 
 
 class FilterModule:

@@ -13,20 +13,21 @@ description:
     the middle of one (killed, its network cut) never leaves a server on a release and value that no load verified.
   - O(state=armed), before the new release is installed, keeps a copy of the root-owned virtualenv beside it
     (C(<venv>.before-<run_id>), on the same file system), a copy of each unit's pin drop-in and of the fact file, and
-    arms a transient timer C(llmserve-release-guard-<run_id>.timer) that runs C(/usr/local/sbin/llmserve-release-guard)
-    every O(interval) seconds. Nothing is kept when the virtualenv already holds O(version).
+    enables a timer C(/etc/systemd/system/llmserve-release-guard-<run_id>.timer) that runs
+    C(/usr/local/sbin/llmserve-release-guard) every O(interval) seconds, and after a reboot (the locks under C(/run)
+    are gone then, and the host goes back). Nothing is kept when the virtualenv already holds O(version).
   - The timer does nothing while run O(run_id) holds the tuning lock of every unit in O(units) (the rollout takes the
     locks before its upgrade; the re-tune renews them with every step). Once a lock lapses, it removes its copy when
     every unit was pinned on another fingerprint since (the re-tune's pin, a value verified on the new release under
     load; the same pin written again does not count); otherwise it stops the units, removes this run's trials and
     their timers, puts the virtualenv, the pin drop-ins and the fact file back as they were, and starts the units.
   - O(state=restored) puts the kept virtualenv back in place (no restart; the roll-back restarts the units on their
-    pins) and retires the guard. O(state=disarmed) retires it (removes the copy and stops the timer).
+    pins) and retires the guard. O(state=disarmed) retires it (removes the copy and the timer).
   - Only the SGLang release is kept; a driver or a model is not.
 author:
   - llmserve.sglang contributors (@llmserve)
 requirements:
-  - systemd (C(systemctl), C(systemd-run)) and C(cp) on the managed host, as root.
+  - systemd (C(systemctl)) and C(cp) on the managed host, as root.
 extends_documentation_fragment:
   - llmserve.sglang.attributes
 attributes:
@@ -66,7 +67,6 @@ options:
 notes:
   - The copy takes as much disk as the virtualenv (C(cp --reflink=auto) shares the blocks where the file system can);
     O(state=armed) fails, before it changes anything, where the file system lacks the room.
-  - The timer is transient (it does not survive a reboot of the host).
 seealso:
   - module: llmserve.sglang.kv_trial
 """
@@ -189,17 +189,16 @@ class Guard(object):
             os.rename(partial, kept)
             self.write(release_guard.SCRIPT_PATH, release_guard.script_text(sys.executable), 0o755)
             self.write(os.path.join(self.state_dir, "manifest.json"), release_guard.manifest_text(data), 0o600)
-            rc, out, err = self.run(self.module.get_bin_path("systemd-run", required=True), "--quiet",
-                                    "--unit=" + self.timer[:-len(".timer")],
-                                    "--description=Put SGLang and the KV pins back if rollout run %s dies" % self.run_id,
-                                    "--on-active=%ds" % interval, "--on-unit-active=%ds" % interval,
-                                    "--timer-property=AccuracySec=1s",
-                                    release_guard.SCRIPT_PATH, self.run_id, "check")
-            if rc != 0:
-                raise OSError("systemd-run failed (rc %d): %s" % (rc, (err or out).strip()))
+            for name, text in release_guard.unit_texts(self.run_id, interval).items():
+                self.write(os.path.join(release_guard.UNIT_DIR, name), text, 0o644)
+            systemctl = self.module.get_bin_path("systemctl", required=True)
+            for argv in ((systemctl, "daemon-reload"), (systemctl, "enable", "--now", self.timer)):
+                rc, out, err = self.run(*argv)
+                if rc != 0:
+                    raise OSError("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()))
         except OSError as exc:
             # Nothing half-armed: no copy, no manifest, no timer.
-            self.script["retire"](data, self.quiet_systemctl, release_guard.STATE_DIR)
+            self.retire(data)
             self.module.fail_json(msg="could not keep sglang %s before the upgrade: %s; nothing was changed"
                                       % (found["version"], exc))
         self.done(True, True, "kept sglang %s (%s, %.1f GiB) until the upgrade to %s is verified"
@@ -232,12 +231,16 @@ class Guard(object):
     def quiet_systemctl(self, *argv):
         return self.run(self.module.get_bin_path(argv[0], required=True), *argv[1:])[0]
 
+    def retire(self, data):
+        """The script's retire, on this module's paths."""
+        self.script["retire"](data, self.quiet_systemctl, release_guard.STATE_DIR)
+
     def restored(self):
         data = self.script["load"](self.run_id, release_guard.STATE_DIR)
         if data is None:
             self.done(False, False, "run %s keeps no release" % self.run_id)
         back = self.script["restore_release"](data)
-        self.script["retire"](data, self.quiet_systemctl, release_guard.STATE_DIR)
+        self.retire(data)
         self.done(True, False, ("the release kept before the upgrade is back in %s" if back else
                                 "%s holds the release of before the upgrade already") % data["venv"])
 
@@ -245,7 +248,7 @@ class Guard(object):
         data = self.script["load"](self.run_id, release_guard.STATE_DIR)
         if data is None:
             self.done(False, False, "run %s keeps no release" % self.run_id)
-        self.script["retire"](data, self.quiet_systemctl, release_guard.STATE_DIR)
+        self.retire(data)
         self.done(True, False, "the copy of the release of before the upgrade is removed")
 
 

@@ -6,8 +6,9 @@ middle of one (module release_guard). Pure and stdlib only.
 
 Before the rollout installs a new release, the guard keeps a copy of the root-owned venv beside it
 (``<venv>.before-<run>``, same file system, so that going back is a rename), a copy of each server's pin drop-in and
-of the fact file, and a manifest of it all under ``/var/lib/llmserve/release-guard/<run>/``. A transient timer runs
-:data:`SCRIPT` every ``interval`` seconds. The script does nothing while the rollout's run holds every unit's tuning
+of the fact file, and a manifest of it all under ``/var/lib/llmserve/release-guard/<run>/``. A timer
+(``/etc/systemd/system/llmserve-release-guard-<run>.timer``, enabled: it survives a reboot, after which the locks in
+/run are gone and the host goes back) runs :data:`SCRIPT` every ``interval`` seconds. The script does nothing while the rollout's run holds every unit's tuning
 lock (the rollout takes it before its upgrade, and the re-tune renews it with every step); once a lock lapses (its
 controller is gone), it either retires (every server was pinned on another fingerprint since: a value verified on the
 new release, under load) or puts the host back: the servers stopped, this run's trials and their timers removed, the
@@ -26,12 +27,13 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_
 
 STATE_DIR = "/var/lib/llmserve/release-guard"
 SCRIPT_PATH = "/usr/local/sbin/llmserve-release-guard"
+UNIT_DIR = "/etc/systemd/system"
 TIMER_PREFIX = "llmserve-release-guard-"
 # Bounds of the timer's period (seconds): how soon after a lock lapses the host goes back.
 INTERVAL_BOUNDS = (5, 3600)
 
 SCRIPT = r'''
-# Installed by llmserve.sglang (module release_guard). Run by the transient timer llmserve-release-guard-RUN.timer
+# Installed by llmserve.sglang (module release_guard). Run by the timer llmserve-release-guard-RUN.timer
 # while rollout.yml upgrades this host's SGLang: once the rollout's lock on a unit lapses (its controller is gone),
 # put the host back on the release and pins it ran before, unless every server was pinned on the new release since.
 #   llmserve-release-guard RUN check|restore|retire
@@ -43,6 +45,7 @@ import sys
 import time
 
 STATE_DIR = "/var/lib/llmserve/release-guard"
+UNIT_DIR = "/etc/systemd/system"
 
 
 def say(text):
@@ -137,11 +140,21 @@ def put_back(path, data):
 
 
 def retire(manifest, system, state_dir=STATE_DIR):
-    """The kept venv and the guard's files removed, its timer stopped."""
+    """The kept venv and the guard's files removed, its timer stopped and its units removed."""
     shutil.rmtree(manifest["snapshot"], ignore_errors=True)
     shutil.rmtree(manifest["snapshot"] + ".partial", ignore_errors=True)
     shutil.rmtree(os.path.join(state_dir, manifest["run_id"]), ignore_errors=True)
-    system("systemctl", "stop", "--no-block", manifest["timer"])
+    remove_units(manifest["run_id"], system, manifest.get("unit_dir", UNIT_DIR))
+
+
+def remove_units(run, system, unit_dir=UNIT_DIR):
+    """The guard's timer stopped and disabled, its unit files removed."""
+    timer = os.path.join(unit_dir, "llmserve-release-guard-%s.timer" % run)
+    system("systemctl", "disable", "--now", "--no-block", os.path.basename(timer))
+    for path in (timer, timer[:-len(".timer")] + ".service"):
+        if os.path.lexists(path):
+            os.unlink(path)
+    system("systemctl", "daemon-reload")
 
 
 def revert(manifest, system, state_dir=STATE_DIR):
@@ -173,7 +186,7 @@ def main(argv):
     manifest = load(run)
     if manifest is None:
         say("run %s has nothing kept (retired)" % run)
-        run_systemctl("systemctl", "stop", "--no-block", "llmserve-release-guard-%s.timer" % run)
+        remove_units(run, run_systemctl)
         return 0
     if action == "check":
         action = decide(manifest, read, time.time())
@@ -203,6 +216,22 @@ def script_text(interpreter: str) -> str:
     return "#!%s%s" % (interpreter, SCRIPT)
 
 
+def unit_texts(run_id: str, interval: int) -> dict[str, str]:
+    """The guard's service and timer (file name -> text), enabled so that a reboot does not lose them."""
+    kv_pin.check_run_id(run_id)
+    description = "Put SGLang and the KV pins back if rollout run %s dies" % run_id
+    name = TIMER_PREFIX + run_id
+    return {
+        name + ".service": "# Installed by llmserve.sglang (module release_guard); removed when the guard retires.\n"
+                           "[Unit]\nDescription=%s\n\n[Service]\nType=oneshot\nExecStart=%s %s check\n"
+                           % (description, SCRIPT_PATH, run_id),
+        name + ".timer": "# Installed by llmserve.sglang (module release_guard); removed when the guard retires.\n"
+                         "[Unit]\nDescription=%s\n\n[Timer]\nOnActiveSec=%d\nOnBootSec=%d\nOnUnitActiveSec=%d\n"
+                         "AccuracySec=1s\n\n[Install]\nWantedBy=timers.target\n"
+                         % (description, interval, interval, interval),
+    }
+
+
 def functions() -> dict[str, Any]:
     """The script's functions, for the module's own use of them (one copy of the logic)."""
     namespace: dict[str, Any] = {"__name__": "llmserve_release_guard"}
@@ -228,7 +257,7 @@ def manifest(run_id: str, units: list[str], venv: str, fact_path: str, saved: di
             "fact_path": fact_path, "saved": dict(saved), "interval": interval,
             "locks": [paths["lock"] for paths in unit_paths], "trials": [paths["trial"] for paths in unit_paths],
             "trial_timers": [paths["revert_unit"] + ".timer" for paths in unit_paths],
-            "timer": TIMER_PREFIX + run_id + ".timer"}
+            "timer": TIMER_PREFIX + run_id + ".timer", "unit_dir": UNIT_DIR}
 
 
 def snapshot_path(venv: str, run_id: str) -> str:

@@ -31,13 +31,15 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.class_values
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.pool_model import effective_memory
 
 
-def pin_settings(entry: Any) -> tuple[float, float, float]:
-    """(resolution, cap, safety_gib) the pin was verified with (its fact entry's settings; the tuner's defaults where
-    it does not say): the grid and bounds a value started for it stays on."""
-    settings = (entry.get("settings") if isinstance(entry, dict) else None) or {}
+def pin_settings(entry: Any, run: Any = None) -> tuple[float, float, float]:
+    """(resolution, cap, safety_gib) for a value started for the pin: this run's (``run``: the kv_tune settings the
+    inventory or -e gives the rollout's re-tune, which would refuse a value above its cap), else those the pin was
+    verified with (its fact entry's settings), else the tuner's defaults."""
+    settings = dict((entry.get("settings") if isinstance(entry, dict) else None) or {})
+    settings.update({key: value for key, value in (run if isinstance(run, dict) else {}).items() if value is not None})
     safety = settings.get("safety_gib")
-    return (settings.get("resolution") or kv_search.DEFAULT_RESOLUTION, settings.get("cap") or kv_search.DEFAULT_CAP,
-            1.0 if safety is None else float(safety))
+    return (float(settings.get("resolution") or kv_search.DEFAULT_RESOLUTION),
+            float(settings.get("cap") or kv_search.DEFAULT_CAP), 1.0 if safety is None else float(safety))
 
 
 def pin_headroom(entry: dict[str, Any]) -> float | None:
@@ -49,10 +51,11 @@ def pin_headroom(entry: dict[str, Any]) -> float | None:
     return None
 
 
-def upgrade_value(entry: Any, boot: Any, old_version: Any, new_version: Any) -> dict[str, Any]:
+def upgrade_value(entry: Any, boot: Any, old_version: Any, new_version: Any, run: Any = None) -> dict[str, Any]:
     """{"value": the text to start the new release on, or None (start the pin, measured in place), "why"}.
     ``entry``: the unit's pin (its fact entry); ``boot``: the running server's startup facts, a start of the pin on
-    ``old_version``; ``new_version``: the SGLang the upgrade installed."""
+    ``old_version``; ``new_version``: the SGLang the upgrade installed; ``run``: this run's kv_tune settings
+    (:func:`pin_settings`)."""
     if not isinstance(entry, dict) or kv_pin.check_entry(entry) is not None:
         return {"value": None, "why": "no pin to start from"}
     try:
@@ -74,7 +77,7 @@ def upgrade_value(entry: Any, boot: Any, old_version: Any, new_version: Any) -> 
             or abs(args["mem_fraction_static"] - pin) > kv_search.TOLERANCE):
         return {"value": None, "why": "the running start's log does not give the pin's draft and P: the pin, "
                                       "measured in place"}
-    resolution, cap, safety = pin_settings(entry)
+    resolution, cap, safety = pin_settings(entry, run)
     moved = float(boot["draft_weights_gib"]) + float(boot.get("draft_kv_size_gib") or 0.0)
     headroom = pin_headroom(entry)
     spare = max(0.0, headroom - safety) if headroom is not None else 0.0
@@ -89,7 +92,7 @@ def upgrade_value(entry: Any, boot: Any, old_version: Any, new_version: Any) -> 
             entry.get("text") or kv_search.value_text(pin), kv_search.value_text(value, resolution)))}
 
 
-def class_member_value(entry: Any, pin: Any, margin_steps: int = 0) -> dict[str, Any]:
+def class_member_value(entry: Any, pin: Any, margin_steps: int = 0, run: Any = None) -> dict[str, Any]:
     """per_class: {"value", "why"} for a member whose class (its fingerprint on the new release) a host of an earlier
     batch already verified a value under: that value less the margin, as the member's re-tune would verify it (so
     that the upgrade's restart is that verification); else {"value": None, "why"}."""
@@ -97,21 +100,21 @@ def class_member_value(entry: Any, pin: Any, margin_steps: int = 0) -> dict[str,
     value = class_value(entry)
     if entry.get("role") != "member" or value is None:
         return {"value": None, "why": "no value verified on this fingerprint yet: the pin, measured in place"}
-    resolution, cap, _safety = pin_settings(pin)
+    resolution, cap, _safety = pin_settings(pin, run)
     verified = verify_value(value, {"resolution": resolution, "cap": cap, "class_margin_steps": margin_steps})
     return {"value": kv_search.value_text(verified, resolution),
             "why": "its class's value on the new release (%s)" % (entry.get("why") or entry.get("class"))}
 
 
 def upgrade_trials(before: Any, on_disk: Any, boots: Any, per_class: bool = False, class_plan: Any = None,
-                   margin_steps: int = 0) -> list[dict[str, Any]]:
+                   margin_steps: int = 0, run: Any = None) -> list[dict[str, Any]]:
     """The units whose upgrade restart starts on another value than the pin, as {unit, value, why}: ``before`` and
     ``on_disk`` are kv_fingerprint per unit before the upgrade and once the new SGLang is installed, ``boots``
     sglang_startup_facts per unit of the running servers. With per_class, ``class_plan`` (rollout_class_plan of the
     ``on_disk`` fingerprints) gives each member the value its class verified in an earlier batch (the
     ``margin_steps`` of kv_tune_class_margin_steps below it), and nothing is predicted for the others (a canary
-    searches). Not for a server that spans hosts (its nodes start together, and the tuner's multi-node path
-    verifies node 0's value)."""
+    searches). ``run``: this run's kv_tune settings (:func:`pin_settings`). Not for a server that spans hosts (its
+    nodes start together, and the tuner's multi-node path verifies node 0's value)."""
     found = []
     running = per_unit(boots)
     now = per_unit(on_disk)
@@ -122,9 +125,10 @@ def upgrade_trials(before: Any, on_disk: Any, boots: Any, per_class: bool = Fals
         if int(nnodes) > 1 or not res.get("running") or not new_version:
             continue
         if per_class:
-            decided = class_member_value(members.get(unit), res.get("pin"), margin_steps)
+            decided = class_member_value(members.get(unit), res.get("pin"), margin_steps, run)
         else:
-            decided = upgrade_value(res.get("pin"), running.get(unit) or {}, res.get("sglang_version"), new_version)
+            decided = upgrade_value(res.get("pin"), running.get(unit) or {}, res.get("sglang_version"), new_version,
+                                    run)
         if decided["value"] is not None:
             found.append({"unit": unit, "value": decided["value"], "why": decided["why"]})
     return found

@@ -54,7 +54,9 @@ def _host(tmp_path):
 
     with mock.patch.object(kv_pin, "paths", paths), \
             mock.patch.object(release_guard, "STATE_DIR", str(tmp_path / "state")), \
-            mock.patch.object(release_guard, "SCRIPT_PATH", str(tmp_path / "llmserve-release-guard")):
+            mock.patch.object(release_guard, "SCRIPT_PATH", str(tmp_path / "llmserve-release-guard")), \
+            mock.patch.object(release_guard, "UNIT_DIR", str(tmp_path / "units")):
+        (tmp_path / "units").mkdir()
         yield tmp_path
 
 
@@ -100,10 +102,12 @@ def test_armed_keeps_the_venv_the_pin_and_the_facts_and_starts_the_timer(host):
     assert oct(os.stat(host / "state" / RUN / "manifest.json").st_mode & 0o777) == "0o600"
     script = (host / "llmserve-release-guard").read_text()
     assert script.startswith("#!") and "def decide(" in script
-    assert done.commands[-1] == [
-        "/usr/bin/systemd-run", "--quiet", "--unit=llmserve-release-guard-1f2e3d4c",
-        "--description=Put SGLang and the KV pins back if rollout run 1f2e3d4c dies", "--on-active=30s",
-        "--on-unit-active=30s", "--timer-property=AccuracySec=1s", str(host / "llmserve-release-guard"), RUN, "check"]
+    assert done.commands[-2:] == [["/usr/bin/systemctl", "daemon-reload"],
+                                  ["/usr/bin/systemctl", "enable", "--now", "llmserve-release-guard-1f2e3d4c.timer"]]
+    assert sorted(os.listdir(host / "units")) == ["llmserve-release-guard-1f2e3d4c.service",
+                                                  "llmserve-release-guard-1f2e3d4c.timer"]
+    assert "ExecStart=%s 1f2e3d4c check" % (host / "llmserve-release-guard") in (
+        host / "units" / "llmserve-release-guard-1f2e3d4c.service").read_text()
     # a second call of the same run keeps nothing more
     again = armed(host)
     assert (again.result["changed"], again.result["armed"], again.commands) == (False, True, [])
@@ -121,7 +125,8 @@ def test_a_copy_that_fails_leaves_nothing_half_armed(host):
     assert done.result["failed"] and "No space left on device" in done.result["msg"], done.result
     assert "nothing was changed" in done.result["msg"]
     assert sorted(os.listdir(host / "opt")) == ["venv"] and not (host / "state" / RUN).exists()
-    assert not any(command[0].endswith("systemd-run") for command in done.commands)
+    assert ["/usr/bin/systemctl", "enable", "--now", "llmserve-release-guard-1f2e3d4c.timer"] not in done.commands
+    assert os.listdir(host / "units") == []
 
 
 def test_armed_refuses_a_file_system_without_room_for_the_copy(host):
@@ -152,7 +157,9 @@ def test_restored_puts_the_kept_venv_back_and_retires_the_guard(host):
     assert "is back in" in done.result["why"]
     assert sorted(os.listdir(new)) == ["sglang", "sglang-0.5.9.dist-info"]
     assert sorted(os.listdir(host / "opt")) == ["venv"] and not (host / "state" / RUN).exists()
-    assert done.commands == [["/usr/bin/systemctl", "stop", "--no-block", "llmserve-release-guard-1f2e3d4c.timer"]]
+    assert done.commands == [["/usr/bin/systemctl", "disable", "--now", "--no-block",
+                              "llmserve-release-guard-1f2e3d4c.timer"], ["/usr/bin/systemctl", "daemon-reload"]]
+    assert os.listdir(host / "units") == []
     # nothing kept any more: a second restore (a roll-back after the timer's) changes nothing
     assert call("restored").result["changed"] is False
 
@@ -162,6 +169,7 @@ def test_disarmed_removes_the_copy_and_leaves_the_new_release(host):
     done = call("disarmed")
     assert (done.result["changed"], done.result["armed"]) == (True, False)
     assert sorted(os.listdir(host / "opt")) == ["venv"] and not (host / "state" / RUN).exists()
+    assert os.listdir(host / "units") == []
     assert call("disarmed").result["changed"] is False
 
 

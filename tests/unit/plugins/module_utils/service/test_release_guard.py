@@ -158,7 +158,8 @@ def test_revert_puts_the_release_pins_and_facts_back_and_starts_the_units(guard,
                      ("systemctl", "daemon-reload"),
                      ("systemctl", "reset-failed", *UNITS),
                      ("systemctl", "start", "--no-block", *UNITS),
-                     ("systemctl", "stop", "--no-block", guard["timer"])]
+                     ("systemctl", "disable", "--now", "--no-block", guard["timer"]),
+                     ("systemctl", "daemon-reload")]
 
 
 def test_restoring_the_release_twice_changes_nothing_the_second_time(guard, tmp_path):
@@ -169,15 +170,30 @@ def test_restoring_the_release_twice_changes_nothing_the_second_time(guard, tmp_
     assert os.listdir(tmp_path / "venv" / "lib" / "python3.11" / "site-packages") == ["sglang-0.5.9.dist-info"]
 
 
-def test_retire_removes_the_copy_and_the_state_and_stops_the_timer(guard, tmp_path):
+def test_retire_removes_the_copy_the_state_and_the_timer(guard, tmp_path):
     venv(tmp_path / "venv", "0.5.10")
     venv(tmp_path / "venv.before-1f2e3d4c.partial", "0.5.9")
     venv(tmp_path / "venv.before-1f2e3d4c", "0.5.9")
+    guard["unit_dir"] = str(tmp_path / "units")
+    for name, text in release_guard.unit_texts(RUN, 30).items():
+        os.makedirs(guard["unit_dir"], exist_ok=True)
+        with open(os.path.join(guard["unit_dir"], name), "w", encoding="utf-8") as handle:
+            handle.write(text)
     calls = []
     SCRIPT["retire"](guard, lambda *argv: calls.append(argv) or 0, str(tmp_path / "state"))
-    assert sorted(os.listdir(tmp_path)) == ["state", "venv"]
-    assert os.listdir(tmp_path / "state") == []
-    assert calls == [("systemctl", "stop", "--no-block", "llmserve-release-guard-1f2e3d4c.timer")]
+    assert sorted(os.listdir(tmp_path)) == ["state", "units", "venv"]
+    assert os.listdir(tmp_path / "state") == [] and os.listdir(tmp_path / "units") == []
+    assert calls == [("systemctl", "disable", "--now", "--no-block", "llmserve-release-guard-1f2e3d4c.timer"),
+                     ("systemctl", "daemon-reload")]
+
+
+def test_the_timer_runs_the_check_every_interval_and_after_a_reboot():
+    units = release_guard.unit_texts(RUN, 30)
+    assert sorted(units) == ["llmserve-release-guard-1f2e3d4c.service", "llmserve-release-guard-1f2e3d4c.timer"]
+    assert "ExecStart=/usr/local/sbin/llmserve-release-guard 1f2e3d4c check\n" in units[sorted(units)[0]]
+    timer = units["llmserve-release-guard-1f2e3d4c.timer"]
+    for line in ("OnActiveSec=30", "OnBootSec=30", "OnUnitActiveSec=30", "WantedBy=timers.target"):
+        assert line + "\n" in timer
 
 
 def test_the_installed_script_is_valid_python_run_by_the_given_interpreter(tmp_path):

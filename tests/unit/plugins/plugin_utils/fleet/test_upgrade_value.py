@@ -60,6 +60,20 @@ def test_the_prediction_stays_at_or_below_the_cap():
     assert upgrade_value(pin, BOOT, "0.5.9", "0.5.17") == {"value": None, "why": "the prediction does not move the pin"}
 
 
+def test_this_runs_cap_and_grid_win_over_the_pins():
+    """A rollout run with -e kv_tune_cap below the pin's: its re-tune would refuse a value above that cap (and the
+    host would be rolled back), so the prediction stays below it; settings it does not give are the pin's."""
+    assert upgrade_value(PIN, BOOT, "0.5.9", "0.5.17", {"cap": 0.92, "resolution": None})["value"] == "0.920"
+    assert upgrade_value(PIN, BOOT, "0.5.9", "0.5.17", {"resolution": 0.01})["value"] == "0.93"
+    # a larger safety margin than the pin's leaves none of its spare headroom: 0.910 + 2.31 / 94.04
+    assert upgrade_value(PIN, BOOT, "0.5.9", "0.5.17", {"safety_gib": 2.0})["value"] == "0.930"
+    before, on_disk = [fingerprint("sglang.service", "0.5.9")], [fingerprint("sglang.service", "0.5.17")]
+    boots = [dict(BOOT, item="sglang.service")]
+    assert upgrade_trials(before, on_disk, boots, run={"cap": 0.92})[0]["value"] == "0.920"
+    member = plan(("sglang.service", "member", 0.95))
+    assert upgrade_trials(before, on_disk, [], True, member, run={"cap": 0.93})[0]["value"] == "0.930"
+
+
 @pytest.mark.parametrize("pin,old,why", [(None, "0.5.9", "no pin"), ({"mem_fraction_static": 1.5}, "0.5.9", "no pin"),
                                          (PIN, "nightly", "cannot be compared")])
 def test_bad_inputs_start_the_pin(pin, old, why):
