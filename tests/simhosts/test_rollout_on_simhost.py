@@ -21,7 +21,8 @@ calls. The tests run in file order and build on each other's state. Two run a ro
 unit at once, one each way round: whichever came first holds the tuner's lock, and the other stops; the rollout that
 goes on takes the field host to 0.5.17, which counts its draft in --mem-fraction-static: one start, on the value
 predicted for it. Then a rollout back to 0.5.10 is killed once the field host runs it: the host goes back to
-0.5.17 and its pin by itself once the rollout's lock lapses. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
+0.5.17 and its pin by itself once the rollout's lock lapses; killed again during the re-tune's load, it goes back at
+once. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
 the host back.
 """
 from __future__ import annotations
@@ -397,6 +398,34 @@ def test_a_controller_killed_after_the_upgrade_puts_the_host_back_on_its_release
     assert running_fraction(FIELD) == fact(FIELD)["mem_fraction_static"]
     assert "back to the release and pins of before the upgrade" in ssh(
         FIELD, "journalctl -u 'llmserve-release-guard-*' -o cat --no-pager")
+
+
+def test_a_controller_killed_during_the_retune_puts_the_host_back_at_once(fleet, tmp_path, lb):
+    """The same rollout, with ansible-playbook alone killed (SIGKILL; its worker lives on) while the re-tune loads the
+    field host on 0.5.10: the worker sees its controller gone, reverts what the tuner started and lets go of the
+    rollout's lock, and the release guard puts 0.5.17 and its pin back within its 30 s period. The lock's lease
+    (46 min by default here) is not waited for, nor touched."""
+    pin_before = pins(FIELD)
+    assert installed(FIELD) == "0.5.17" and not release_guards(FIELD)
+    (tmp_path / "rollout").mkdir()
+    log = tmp_path / "rollout" / "controller.log"
+    rolling = controller(fleet, tmp_path / "rollout", playbook=REPO / "playbooks" / "rollout.yml",
+                         sglang_version="0.5.10", rollout_hosts=FIELD, rollout_report_dir=str(tmp_path / "rollout"))
+    try:
+        assert wait_for(lambda: "under load" in log.read_text(), 420, step=0.2), log.read_text()[-5000:]
+        assert installed(FIELD) == "0.5.10"
+        os.kill(rolling.pid, signal.SIGKILL)   # ansible-playbook only: its worker sees it gone
+        assert wait_for(lambda: installed(FIELD) == "0.5.17" and not release_guards(FIELD), 120), \
+            release_guards(FIELD) + log.read_text()[-3000:]
+    finally:
+        try:
+            os.killpg(rolling.pid, signal.SIGKILL)   # what is left of it
+        except ProcessLookupError:
+            pass
+        rolling.wait(30)
+    assert wait_for(lambda: serving(FIELD) == {"0.5.17"}, 180), ssh(FIELD, "systemctl status sglang.service || true")
+    assert pins(FIELD) == pin_before and not trial_left(FIELD) and not revert_timers(FIELD)
+    assert not locked(FIELD)
 
 
 def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet, tmp_path, lb):
