@@ -8,11 +8,12 @@ Before the rollout installs a new release, the guard keeps a copy of the root-ow
 (``<venv>.before-<run>``, same file system, so that going back is a rename), a copy of each server's pin drop-in and
 of the fact file, and a manifest of it all under ``/var/lib/llmserve/release-guard/<run>/``. A timer
 (``/etc/systemd/system/llmserve-release-guard-<run>.timer``, enabled: it survives a reboot, after which the locks in
-/run are gone and the host goes back) runs :data:`SCRIPT` every ``interval`` seconds. The script does nothing while the rollout's run holds every unit's tuning
-lock (the rollout takes it before its upgrade, and the re-tune renews it with every step); once a lock lapses (its
-controller is gone), it either retires (every server was pinned on another fingerprint since: a value verified on the
-new release, under load) or puts the host back: the servers stopped, this run's trials and their timers removed, the
-old venv and pins restored, the servers started. A rollout that ends (kept, re-tuned or rolled back) retires the guard itself.
+/run are gone and the host goes back) runs :data:`SCRIPT` every ``interval`` seconds. The script does nothing
+while the rollout's run holds every unit's tuning lock (the rollout takes it before its upgrade, and the re-tune
+renews it with every step); once a lock lapses (its controller is gone), it either retires (every server was pinned
+on another fingerprint since: a value verified on the new release, under load) or puts the host back: the servers
+stopped, this run's trials and their timers removed, the old venv and pins restored, the servers started. A rollout
+that ends (kept, re-tuned or rolled back) retires the guard itself.
 
 :data:`SCRIPT` is the whole logic, host side and controller side: the module runs its functions in-process (exec of
 the same text) for ``restored`` and ``disarmed``, and the timer runs the file it installs.
@@ -98,8 +99,8 @@ def repinned(manifest, saved_facts, facts_now):
 
 
 def decide(manifest, files, now):
-    """wait (the rollout holds every lock), retire (every server pinned on another fingerprint, no trial pending) or revert.
-    ``files(path)`` reads a file's bytes (None: absent)."""
+    """wait (the rollout holds every lock), retire (every server pinned on another fingerprint, no trial pending)
+    or revert. ``files(path)`` reads a file's bytes (None: absent)."""
     run = manifest["run_id"]
     if all(lock_held(files(path), now, run) for path in manifest["locks"]):
         return "wait"

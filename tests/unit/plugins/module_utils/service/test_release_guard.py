@@ -56,7 +56,8 @@ def files_of(mapping):
 def test_the_manifest_names_each_units_lock_trial_and_this_runs_trial_timer():
     data = release_guard.manifest(RUN, UNITS, "/opt/sglang/venv", kv_pin.FACT_PATH, {}, 30)
     assert data["snapshot"] == "/opt/sglang/venv.before-1f2e3d4c"
-    assert data["locks"] == ["/run/llmserve/kv-tune-sglang@a.service.lock", "/run/llmserve/kv-tune-sglang@b.service.lock"]
+    assert data["locks"] == ["/run/llmserve/kv-tune-sglang@a.service.lock",
+                             "/run/llmserve/kv-tune-sglang@b.service.lock"]
     assert data["trials"][1] == "/run/systemd/system/sglang@b.service.d/90-kv-trial.conf"
     assert data["trial_timers"] == ["llmserve-kv-revert-1f2e3d4c-sglang-a.timer",
                                     "llmserve-kv-revert-1f2e3d4c-sglang-b.timer"]
