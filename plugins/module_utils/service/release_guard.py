@@ -37,7 +37,7 @@ SCRIPT = r'''
 # Installed by llmserve.sglang (module release_guard). Run by the timer llmserve-release-guard-RUN.timer
 # while rollout.yml upgrades this host's SGLang: once the rollout's lock on a unit lapses (its controller is gone),
 # put the host back on the release and pins it ran before, unless every server was pinned on the new release since.
-#   llmserve-release-guard RUN check|restore|retire
+#   llmserve-release-guard RUN check
 import json
 import os
 import shutil
@@ -183,22 +183,18 @@ def run_systemctl(*argv):
 
 
 def main(argv):
-    run, action = argv[1], argv[2]
+    run = argv[1]   # argv[2] is "check", the one thing the timer asks
     manifest = load(run)
     if manifest is None:
         say("run %s has nothing kept (retired)" % run)
         remove_units(run, run_systemctl)
         return 0
-    if action == "check":
-        action = decide(manifest, read, time.time())
-        if action == "wait":
-            return 0
+    action = decide(manifest, read, time.time())
+    if action == "wait":
+        return 0
     if action == "retire":
         say("every server of %s is pinned on the new release: the copy of the release before is removed"
             % " ".join(manifest["units"]))
-        retire(manifest, run_systemctl)
-    elif action == "restore":
-        restore_release(manifest)
         retire(manifest, run_systemctl)
     else:
         say("the rollout's lock on %s lapsed before every server was verified on the new release: back to the "
@@ -257,8 +253,7 @@ def manifest(run_id: str, units: list[str], venv: str, fact_path: str, saved: di
     return {"run_id": run_id, "units": list(units), "venv": venv, "snapshot": snapshot_path(venv, run_id),
             "fact_path": fact_path, "saved": dict(saved), "interval": interval,
             "locks": [paths["lock"] for paths in unit_paths], "trials": [paths["trial"] for paths in unit_paths],
-            "trial_timers": [paths["revert_unit"] + ".timer" for paths in unit_paths],
-            "timer": TIMER_PREFIX + run_id + ".timer", "unit_dir": UNIT_DIR}
+            "trial_timers": [paths["revert_unit"] + ".timer" for paths in unit_paths], "unit_dir": UNIT_DIR}
 
 
 def snapshot_path(venv: str, run_id: str) -> str:

@@ -61,7 +61,6 @@ def test_the_manifest_names_each_units_lock_trial_and_this_runs_trial_timer():
     assert data["trials"][1] == "/run/systemd/system/sglang@b.service.d/90-kv-trial.conf"
     assert data["trial_timers"] == ["llmserve-kv-revert-1f2e3d4c-sglang-a.timer",
                                     "llmserve-kv-revert-1f2e3d4c-sglang-b.timer"]
-    assert data["timer"] == "llmserve-release-guard-1f2e3d4c.timer"
     assert release_guard.files_to_keep(UNITS, kv_pin.FACT_PATH) == [
         "/etc/systemd/system/sglang@a.service.d/50-kv-tune.conf",
         "/etc/systemd/system/sglang@b.service.d/50-kv-tune.conf", kv_pin.FACT_PATH]
@@ -159,7 +158,7 @@ def test_revert_puts_the_release_pins_and_facts_back_and_starts_the_units(guard,
                      ("systemctl", "daemon-reload"),
                      ("systemctl", "reset-failed", *UNITS),
                      ("systemctl", "start", "--no-block", *UNITS),
-                     ("systemctl", "disable", "--now", "--no-block", guard["timer"]),
+                     ("systemctl", "disable", "--now", "--no-block", "llmserve-release-guard-1f2e3d4c.timer"),
                      ("systemctl", "daemon-reload")]
 
 
