@@ -200,19 +200,22 @@ def test_an_unlisted_neighbour_is_in_the_gpus_used_memory_under_no_process(make_
     sim = make_sim("h100-llama70b", faults=_contended({"2": 4096, "5": 4096}, slow_start_s=2,
                                                       load_contention_unlisted=[5]))
     server = sim.start(simlib.launch_args("h100-llama70b"))
-    seen = None
+    seen = unlisted = None
     deadline = time.time() + 20
     while seen is None and time.time() < deadline and server.proc.poll() is None:
         if "Load weight begin" in server.log and "Load weight end" not in server.log:
             gpus = probe_nvidia_smi(sim.smi_runner())["gpus"]
-            if any(process["pid"] == NEIGHBOUR_PID + 2 for process in gpus[2]["compute_processes"]):
+            listed = {gpu["index"]: sum(p["used_memory_bytes"] for p in gpu["compute_processes"]) for gpu in gpus}
+            unlisted = {gpu["index"]: gpu["memory_used_bytes"] - listed[gpu["index"]] for gpu in gpus}
+            # The probe is two nvidia-smi commands (memory, then processes) and the weights grow in between: only a
+            # probe whose GPUs without a hidden process add up (0 and 2) shows one moment on 5 too.
+            if (any(process["pid"] == NEIGHBOUR_PID + 2 for process in gpus[2]["compute_processes"])
+                    and unlisted[0] == 0 and unlisted[2] == 0):
                 seen = gpus
         time.sleep(0.1)
-    assert seen is not None, server.log
-    listed = {gpu["index"]: sum(p["used_memory_bytes"] for p in gpu["compute_processes"]) for gpu in seen}
-    unlisted = {gpu["index"]: gpu["memory_used_bytes"] - listed[gpu["index"]] for gpu in seen}
+    assert seen is not None, (unlisted, server.log)
     assert NEIGHBOUR_PID + 5 not in [process["pid"] for process in seen[5]["compute_processes"]]
-    assert unlisted[5] == 4096 * MIB and unlisted[2] == 0 and unlisted[0] == 0
+    assert unlisted[5] == 4096 * MIB
     assert server.wait_ready(), server.log
     ranks = _by_tag(parse_startup_log(server.log))    # taken on both GPUs, listed or not
     assert ranks["TP5"]["weights_gib"] == pytest.approx(ranks["TP2"]["weights_gib"], abs=0.011)
