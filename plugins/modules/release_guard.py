@@ -17,10 +17,11 @@ description:
     C(/usr/local/sbin/llmserve-release-guard) every O(interval) seconds, and after a reboot (the locks under C(/run)
     are gone then, and the host goes back). Nothing is kept when the virtualenv already holds O(version).
   - The timer does nothing while run O(run_id) holds the tuning lock of every unit in O(units) (the rollout takes the
-    locks before its upgrade; the re-tune renews them with every step). Once a lock lapses, it removes its copy when
-    every unit was pinned on another fingerprint since (the re-tune's pin, a value verified on the new release under
-    load; the same pin written again does not count); otherwise it stops the units, removes this run's trials and
-    their timers, puts the virtualenv, the pin drop-ins and the fact file back as they were, and starts the units.
+    locks before its upgrade; the re-tune renews them with every step, and the controller's heartbeat, see
+    O(controller_lease)). Once a lock lapses or is released, it removes its copy when every unit was pinned on
+    another fingerprint since (the re-tune's pin, a value verified on the new release under load; the same pin
+    written again does not count); otherwise it stops the units, removes this run's trials and their timers, puts
+    the virtualenv, the pin drop-ins and the fact file back as they were, and restarts the units.
   - O(state=restored) puts the kept virtualenv back in place (no restart; the roll-back restarts the units on their
     pins) and retires the guard. O(state=disarmed) retires it (removes the copy and the timer).
   - Only the SGLang release is kept; a driver or a model is not.
@@ -64,7 +65,21 @@ options:
     description: The tuner's fact file, put back with the pins.
     type: path
     default: /etc/ansible/facts.d/sglang_kv.fact
+  controller_lease:
+    description:
+      - With O(state=armed), the controller's heartbeat (the action, on the controller) keeps the run's locks for
+        this many seconds at a time while C(ansible-playbook) lives (20 to 3600), renewing them four times per lease
+        through the task's connection.
+      - Once C(ansible-playbook) is gone (killed, interrupted, a cancelled job), it tells the host, which goes back at
+        once; where the controller's machine or network died, the host goes back when the lease ends.
+      - V(0) starts no heartbeat; the locks then last the leases that the rollout's steps give them (hours during
+        an install).
+    type: int
+    default: 90
 notes:
+  - The heartbeat is a process of its own on the controller, one per host being upgraded; it ends when the guard is
+    retired. It needs a connection that starts a new client per command (ssh, the default, or local); over
+    C(paramiko_ssh) none is started, with a warning.
   - The copy takes as much disk as the virtualenv (C(cp --reflink=auto) shares the blocks where the file system can);
     O(state=armed) fails, before it changes anything, where the file system lacks the room.
 seealso:
@@ -79,6 +94,7 @@ EXAMPLES = r"""
     units: [sglang.service]
     venv: /opt/sglang/venv
     version: 0.5.10
+    controller_lease: 90
 
 - name: Back on the release of before (the roll-back then restarts the units on their pins)
   llmserve.sglang.release_guard:
@@ -112,6 +128,24 @@ timer:
   returned: always
   type: str
   sample: llmserve-release-guard-1f2e3d4c.timer
+heartbeat:
+  description: The controller's heartbeat started by this call (V(null) when none is).
+  returned: always
+  type: dict
+  contains:
+    pid:
+      description: Its process on the controller.
+      type: int
+    lease:
+      description: Seconds the locks last without a beat.
+      type: int
+    every:
+      description: Seconds between beats.
+      type: int
+    controller_pid:
+      description: The C(ansible-playbook) it watches.
+      type: int
+  sample: {"pid": 48113, "lease": 90, "every": 22, "controller_pid": 48020}
 """
 
 import os
@@ -262,12 +296,14 @@ def main() -> None:
             version=dict(type="str"),
             interval=dict(type="int", default=30),
             fact_path=dict(type="path", default=kv_pin.FACT_PATH),
+            controller_lease=dict(type="int", default=release_guard.CONTROLLER_LEASE),
         ),
         required_if=[("state", "armed", ["units", "venv", "version"])],
         supports_check_mode=False,
     )
     params = module.params
     try:
+        release_guard.check_controller_lease(params["controller_lease"])    # the action's heartbeat uses it
         guard = Guard(module)
         if params["state"] == "armed":
             guard.armed(params["units"], params["venv"], params["version"], params["interval"], params["fact_path"])

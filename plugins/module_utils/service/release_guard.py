@@ -32,12 +32,21 @@ UNIT_DIR = "/etc/systemd/system"
 TIMER_PREFIX = "llmserve-release-guard-"
 # Bounds of the timer's period (seconds): how soon after a lock lapses the host goes back.
 INTERVAL_BOUNDS = (5, 3600)
+# The controller's heartbeat (plugin_utils/release_heartbeat.py): how long the run's locks last without a beat (the
+# default, and the bounds; 0: no heartbeat, the locks last the leases the rollout's steps give them).
+CONTROLLER_LEASE = 90
+LEASE_BOUNDS = (20, 3600)
+# What the host script's beat exits with when nothing of the run's is left to keep alive (retired, locks gone).
+NOTHING_TO_KEEP = 3
 
 SCRIPT = r'''
 # Installed by llmserve.sglang (module release_guard). Run by the timer llmserve-release-guard-RUN.timer
 # while rollout.yml upgrades this host's SGLang: once the rollout's lock on a unit lapses (its controller is gone),
 # put the host back on the release and pins it ran before, unless every server was pinned on the new release since.
-#   llmserve-release-guard RUN check
+#   llmserve-release-guard RUN check          the timer's: wait, retire or put the host back
+#   llmserve-release-guard RUN beat SECONDS   the controller's heartbeat: the run's locks last SECONDS from now
+#                                             (exit 3: nothing of the run's to keep alive, the beats stop)
+#   llmserve-release-guard RUN gone           the controller is gone: the run's locks released, the check started
 import json
 import os
 import shutil
@@ -112,6 +121,32 @@ def decide(manifest, files, now):
     return "revert"
 
 
+def beat(manifest, files, now, lease, write):
+    """The controller lives: each lock the run still holds lasts ``lease`` seconds from ``now`` (its other fields
+    kept). A lock that lapsed or another run's is left alone. Returns how many locks the run holds."""
+    held = 0
+    for path in manifest["locks"]:
+        text = files(path)
+        if lock_held(text, now, manifest["run_id"]):
+            lock = json.loads(text.decode("utf-8"))
+            lock.update(renewed=int(now), expires=int(now + lease))
+            write(path, (json.dumps(lock, sort_keys=True) + "\n").encode("utf-8"))
+            held += 1
+    return held
+
+
+def release(manifest, files):
+    """The controller is gone: the run's locks removed, lapsed or not (another run's stay)."""
+    for path in manifest["locks"]:
+        text = files(path)
+        try:
+            ours = json.loads(text.decode("utf-8")).get("run_id") == manifest["run_id"]
+        except (AttributeError, ValueError):
+            ours = False
+        if ours:
+            put_back(path, None)
+
+
 def restore_release(manifest):
     """The venv kept before the upgrade back in its place (renames, then the new one removed); nothing when it is
     back already."""
@@ -170,7 +205,9 @@ def revert(manifest, system, state_dir=STATE_DIR):
         put_back(path, read(kept) if kept else None)
     system("systemctl", "daemon-reload")
     system("systemctl", "reset-failed", *units)
-    system("systemctl", "start", "--no-block", *units)
+    # restart, not start: a server that the run's dying worker restarted meanwhile (its own revert of a trial) must
+    # not go on running what it read before the files were back.
+    system("systemctl", "restart", "--no-block", *units)
     retire(manifest, system, state_dir)
 
 
@@ -183,11 +220,23 @@ def run_systemctl(*argv):
 
 
 def main(argv):
-    run = argv[1]   # argv[2] is "check", the one thing the timer asks
+    run, command = argv[1], argv[2]
     manifest = load(run)
+    if command == "beat":
+        if manifest is None or not beat(manifest, read, time.time(), int(argv[3]), put_back):
+            return 3
+        return 0
+    if command == "gone" and manifest is None:
+        return 0            # the rollout retired the guard before its controller ended: nothing to do
     if manifest is None:
         say("run %s has nothing kept (retired)" % run)
         remove_units(run, run_systemctl)
+        return 0
+    if command == "gone":
+        # The check itself runs as the timer's service: systemd never runs two of them at once.
+        say("the controller of run %s is gone: its locks on %s are released" % (run, " ".join(manifest["units"])))
+        release(manifest, read)
+        run_systemctl("systemctl", "start", "--no-block", "llmserve-release-guard-%s.service" % run)
         return 0
     action = decide(manifest, read, time.time())
     if action == "wait":
@@ -267,3 +316,11 @@ def files_to_keep(units: list[str], fact_path: str) -> list[str]:
 
 def manifest_text(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def check_controller_lease(lease: int) -> int:
+    low, high = LEASE_BOUNDS
+    if lease != 0 and not low <= lease <= high:
+        raise kv_pin.PinError("controller_lease must be 0 (no heartbeat) or lie in [%d, %d] seconds, got %d"
+                              % (low, high, lease))
+    return lease

@@ -134,7 +134,7 @@ def venv(path, version):
     (site / "METADATA").write_text("Name: sglang\nVersion: %s\n" % version)
 
 
-def test_revert_puts_the_release_pins_and_facts_back_and_starts_the_units(guard, tmp_path):
+def test_revert_puts_the_release_pins_and_facts_back_and_restarts_the_units(guard, tmp_path):
     venv(tmp_path / "venv", "0.5.10")
     venv(tmp_path / "venv.before-1f2e3d4c", "0.5.9")
     pins = sorted(path for path in guard["saved"] if path.endswith(".conf"))
@@ -152,12 +152,13 @@ def test_revert_puts_the_release_pins_and_facts_back_and_starts_the_units(guard,
     assert (tmp_path / "sglang_kv.fact").read_bytes() == BEFORE
     assert not any(os.path.exists(path) for path in guard["trials"])
     assert not os.path.exists(tmp_path / "state" / RUN)
-    # stopped first (nothing runs while the venv moves), started last, the guard's own timer stopped
+    # stopped first (nothing runs while the venv moves), restarted last (a start by the run's dying worker
+    # meanwhile read the files of before they were back), the guard's own timer stopped
     assert calls == [("systemctl", "stop", *UNITS),
                      ("systemctl", "stop", *guard["trial_timers"]),
                      ("systemctl", "daemon-reload"),
                      ("systemctl", "reset-failed", *UNITS),
-                     ("systemctl", "start", "--no-block", *UNITS),
+                     ("systemctl", "restart", "--no-block", *UNITS),
                      ("systemctl", "disable", "--now", "--no-block", "llmserve-release-guard-1f2e3d4c.timer"),
                      ("systemctl", "daemon-reload")]
 
@@ -207,3 +208,87 @@ def test_the_installed_script_is_valid_python_run_by_the_given_interpreter(tmp_p
                              "runpy.run_path(%r, run_name='__main__')" % ([str(script), RUN, "check"], str(script))],
                             capture_output=True, text=True, check=False, env={"PATH": str(tmp_path)})
     assert "run 1f2e3d4c has nothing kept" in result.stdout, result
+
+
+# -- the controller's heartbeat, host side ----------------------------------------------------------------------
+
+def test_a_beat_renews_only_the_runs_live_locks_for_the_lease_keeping_what_else_they_say(guard):
+    files = {guard["locks"][0]: lock(expires=NOW + 4 * 3600), guard["locks"][1]: lock(run="99999999")}
+    written = {}
+    assert SCRIPT["beat"](guard, files.get, NOW, 90, written.__setitem__) == 1
+    assert list(written) == [guard["locks"][0]]
+    renewed = json.loads(written[guard["locks"][0]])
+    assert renewed == {"run_id": RUN, "controller": "ops1 pid 7", "renewed": int(NOW), "expires": int(NOW + 90)}
+    # what the timer then reads: held for 90 s, and not one second more
+    files.update(written)
+    assert SCRIPT["lock_held"](files[guard["locks"][0]], NOW + 89, RUN)
+    assert not SCRIPT["lock_held"](files[guard["locks"][0]], NOW + 90, RUN)
+
+
+@pytest.mark.parametrize("locks", [[None, None], [lock(expires=NOW - 1), lock(run="99999999")]],
+                         ids=["released", "lapsed or another run's"])
+def test_a_beat_does_not_bring_back_a_lock_that_the_run_lost(guard, locks):
+    written = {}
+    assert SCRIPT["beat"](guard, dict(zip(guard["locks"], locks)).get, NOW, 90, written.__setitem__) == 0
+    assert written == {}
+
+
+def test_gone_releases_the_runs_locks_lapsed_or_not_and_leaves_another_runs(guard, tmp_path):
+    mine, other = guard["locks"]
+    (tmp_path / os.path.basename(mine)).write_bytes(lock(expires=NOW - 5))
+    (tmp_path / os.path.basename(other)).write_bytes(lock(run="99999999"))
+    SCRIPT["release"](guard, SCRIPT["read"])
+    assert not os.path.exists(mine) and os.path.exists(other)
+
+
+def run_script(tmp_path, *argv):
+    """The installed script run as the timer or the heartbeat runs it, its state dir under tmp_path."""
+    script = tmp_path / "llmserve-release-guard"
+    script.write_text(release_guard.script_text(sys.executable).replace(
+        'STATE_DIR = "/var/lib/llmserve/release-guard"', 'STATE_DIR = %r' % str(tmp_path / "state")))
+    return subprocess.run([sys.executable, str(script), RUN, *argv], capture_output=True, text=True, check=False,
+                          env={"PATH": str(tmp_path)})
+
+
+def test_the_script_beat_says_whether_anything_is_left_to_keep_alive(guard, tmp_path):
+    for path in guard["locks"]:
+        with open(path, "wb") as handle:
+            handle.write(lock(expires=9e9))
+    assert run_script(tmp_path, "beat", "90").returncode == 0
+    assert json.loads((tmp_path / os.path.basename(guard["locks"][0])).read_text())["expires"] < 9e9
+    for path in guard["locks"]:
+        os.unlink(path)
+    assert run_script(tmp_path, "beat", "90").returncode == release_guard.NOTHING_TO_KEEP
+    (tmp_path / "state" / RUN / "manifest.json").unlink()      # retired
+    assert run_script(tmp_path, "beat", "90").returncode == release_guard.NOTHING_TO_KEEP
+
+
+def test_gone_after_the_guard_retired_does_nothing(tmp_path):
+    result = run_script(tmp_path, "gone")
+    assert (result.returncode, result.stdout) == (0, ""), result
+
+
+@pytest.mark.parametrize("lease", [0, 20, 3600])
+def test_a_controller_lease_of_0_or_within_its_bounds_is_taken(lease):
+    assert release_guard.check_controller_lease(lease) == lease
+
+
+@pytest.mark.parametrize("lease", [-1, 5, 19, 3601])
+def test_a_controller_lease_out_of_its_bounds_is_refused(lease):
+    with pytest.raises(kv_pin.PinError, match="controller_lease must be 0"):
+        release_guard.check_controller_lease(lease)
+
+
+def test_the_script_gone_releases_the_runs_locks_and_starts_the_check_at_once(guard, tmp_path):
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text("#!/bin/sh\necho \"$@\" >> %s\n" % (tmp_path / "calls"))
+    systemctl.chmod(0o755)
+    for path in guard["locks"]:
+        with open(path, "wb") as handle:
+            handle.write(lock(expires=9e9))
+    result = run_script(tmp_path, "gone")
+    assert result.returncode == 0, result
+    assert "the controller of run 1f2e3d4c is gone" in result.stdout
+    assert not any(os.path.exists(path) for path in guard["locks"])
+    # the check runs as the timer's service, never beside it
+    assert (tmp_path / "calls").read_text() == "start --no-block llmserve-release-guard-1f2e3d4c.service\n"
