@@ -21,7 +21,8 @@ description:
     O(controller_lease)). Once a lock lapses or is released, it removes its copy when every unit was pinned on
     another fingerprint since (the re-tune's pin, a value verified on the new release under load; the same pin
     written again does not count); otherwise it stops the units, removes this run's trials and their timers, puts
-    the virtualenv, the pin drop-ins and the fact file back as they were, and restarts the units.
+    the virtualenv, the pin drop-ins and the fact file back as they were, restarts the units and releases the run's
+    locks (a run still alive then fails at its next step).
   - O(state=restored) puts the kept virtualenv back in place (no restart; the roll-back restarts the units on their
     pins) and retires the guard. O(state=disarmed) retires it (removes the copy and the timer).
   - Only the SGLang release is kept; a driver or a model is not.

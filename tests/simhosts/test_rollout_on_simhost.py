@@ -20,9 +20,9 @@ A fake load balancer on the controller (an HTTP server in this process) records 
 calls. The tests run in file order and build on each other's state. Two run a rollout and a tune of the field host's
 unit at once, one each way round: whichever came first holds the tuner's lock, and the other stops; the rollout that
 goes on takes the field host to 0.5.17, which counts its draft in --mem-fraction-static: one start, on the value
-predicted for it. Then a rollout back to 0.5.10 is killed once the field host runs it: the host goes back to
-0.5.17 and its pin by itself once the rollout's lock lapses; killed again during the re-tune's load, it goes back at
-once. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
+predicted for it. Then a rollout back to 0.5.10 is killed once the field host runs it: the controller's heartbeat
+tells the host, which goes back to 0.5.17 and its pin at once; killed again during the re-tune's load, it goes back
+at once too. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
 the host back.
 """
 from __future__ import annotations

@@ -208,6 +208,9 @@ def revert(manifest, system, state_dir=STATE_DIR):
     # restart, not start: a server that the run's dying worker restarted meanwhile (its own revert of a trial) must
     # not go on running what it read before the files were back.
     system("systemctl", "restart", "--no-block", *units)
+    # A run that still lives (its lock lapsed under it) then fails at its next step instead of going on, and
+    # reporting, as if the host ran the new release.
+    release(manifest, read)
     retire(manifest, system, state_dir)
 
 

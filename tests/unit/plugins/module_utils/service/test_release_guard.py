@@ -143,15 +143,20 @@ def test_revert_puts_the_release_pins_and_facts_back_and_restarts_the_units(guar
         with open(path, "w", encoding="utf-8") as handle:
             handle.write("written by the re-tune\n")
     (tmp_path / "sglang_kv.fact").write_bytes(facts(**{"sglang@a.service": (0.93, "c")}))
+    (tmp_path / os.path.basename(guard["locks"][0])).write_bytes(lock(expires=NOW - 5))    # lapsed under a live run
+    (tmp_path / os.path.basename(guard["locks"][1])).write_bytes(lock(run="99999999"))
     calls = []
     SCRIPT["revert"](guard, lambda *argv: calls.append(argv) or 0, str(tmp_path / "state"))
     assert os.listdir(tmp_path / "venv" / "lib" / "python3.11" / "site-packages") == ["sglang-0.5.9.dist-info"]
-    assert sorted(os.listdir(tmp_path)) == ["etc", "run", "sglang_kv.fact", "state", "venv"]   # no copy left
+    assert sorted(os.listdir(tmp_path)) == ["etc", "run", os.path.basename(guard["locks"][1]), "sglang_kv.fact",
+                                            "state", "venv"]   # no copy left
     assert (tmp_path / "etc" / "sglang@a.service.d" / "50-kv-tune.conf").read_text() == "pin a 0.910\n"
     assert not os.path.exists(pins[1])                  # b had no pin before
     assert (tmp_path / "sglang_kv.fact").read_bytes() == BEFORE
     assert not any(os.path.exists(path) for path in guard["trials"])
     assert not os.path.exists(tmp_path / "state" / RUN)
+    # the run's lock released, so that a run still alive fails at its next step; another run's left alone
+    assert not os.path.exists(guard["locks"][0]) and os.path.exists(guard["locks"][1])
     # stopped first (nothing runs while the venv moves), restarted last (a start by the run's dying worker
     # meanwhile read the files of before they were back), the guard's own timer stopped
     assert calls == [("systemctl", "stop", *UNITS),
