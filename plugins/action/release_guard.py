@@ -22,6 +22,7 @@ from ansible_collections.llmserve.sglang.plugins.module_utils.service.release_gu
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.release_heartbeat import (
     Heartbeat,
     beat_period,
+    bounded,
     process_alive,
     process_identity,
 )
@@ -65,7 +66,8 @@ class ActionModule(ActionBase):
                     os.write(write_end, str(grandchild).encode("ascii"))
                 else:
                     self._detach()
-                    Heartbeat(run_id, lease, self._on_host, lambda: process_alive(controller, identity)).run()
+                    Heartbeat(run_id, lease, lambda argv: bounded(lambda: self._on_host(argv), beat_period(lease)),
+                              lambda: process_alive(controller, identity)).run()
             finally:
                 os._exit(0)     # never the worker's own exit path (its queue, its atexit handlers)
         os.close(write_end)
@@ -90,9 +92,5 @@ class ActionModule(ActionBase):
             display._final_q = None     # pylint: disable=protected-access
 
     def _on_host(self, argv: list[str]) -> int:
-        """Run the host script's command as root (the task's become); its exit status, 255 when not reached."""
-        try:
-            result = self._low_level_execute_command(shlex.join(argv), sudoable=True)
-        except Exception:   # pylint: disable=broad-except  # unreachable, ssh failed: the next beat tries again
-            return 255
-        return int(result.get("rc", 255))
+        """Run the host script's command as root (the task's become); its exit status."""
+        return int(self._low_level_execute_command(shlex.join(argv), sudoable=True).get("rc", 255))

@@ -12,8 +12,9 @@ back within seconds, or, where the controller's machine or network died with it,
 from __future__ import annotations
 
 import os
+import signal
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.release_guard import (
@@ -86,3 +87,25 @@ class Heartbeat(object):
                 return "told"
             self.sleep(5)
         return "lapsed"
+
+
+class _Expired(BaseException):
+    """Not an Exception: what the call does with those (a connection's retries) must not swallow it."""
+
+
+def bounded(call: Callable[[], int], seconds: int, failed: int = 255) -> int:
+    """``call()``'s status, or ``failed`` when it raises or takes more than ``seconds`` (SIGALRM: the heartbeat is a
+    process of its own, single-threaded): a beat whose ssh hangs on a dead network must not keep the heartbeat from
+    seeing ansible-playbook gone."""
+    def expire(_signum: int, _frame: Any) -> None:
+        raise _Expired()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(max(1, int(seconds)))
+    try:
+        return call()
+    except (_Expired, Exception):   # pylint: disable=broad-except  # unreachable, ssh failed or hung: try again later
+        return failed
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

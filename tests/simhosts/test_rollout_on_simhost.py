@@ -403,15 +403,17 @@ def test_a_controller_killed_after_the_upgrade_puts_the_host_back_on_its_release
 
 def test_a_controller_killed_during_the_retune_puts_the_host_back_at_once(fleet, tmp_path, lb):
     """The same rollout, with ansible-playbook alone killed (SIGKILL; its worker lives on) while the re-tune loads the
-    field host on 0.5.10: the worker sees its controller gone, reverts what the tuner started and lets go of the
-    rollout's lock, and the release guard puts 0.5.17 and its pin back within its 30 s period. The lock's lease
-    (46 min by default here) is not waited for, nor touched."""
+    field host on 0.5.10, and no heartbeat (rollout_controller_lease: 0), so that the worker alone answers for it:
+    it sees its controller gone, reverts what the tuner started and lets go of the rollout's lock, and the release
+    guard puts 0.5.17 and its pin back within its 30 s period. The lock's lease (46 min by default here) is not
+    waited for, nor touched."""
     pin_before = pins(FIELD)
     assert installed(FIELD) == "0.5.17" and not release_guards(FIELD)
     (tmp_path / "rollout").mkdir()
     log = tmp_path / "rollout" / "controller.log"
     rolling = controller(fleet, tmp_path / "rollout", playbook=REPO / "playbooks" / "rollout.yml",
-                         sglang_version="0.5.10", rollout_hosts=FIELD, rollout_report_dir=str(tmp_path / "rollout"))
+                         sglang_version="0.5.10", rollout_hosts=FIELD, rollout_report_dir=str(tmp_path / "rollout"),
+                         rollout_controller_lease=0)
     try:
         assert wait_for(lambda: "under load" in log.read_text(), 420, step=0.2), log.read_text()[-5000:]
         assert installed(FIELD) == "0.5.10"

@@ -104,3 +104,18 @@ def test_a_zombie_is_dead_though_its_pid_still_answers():
         assert not release_heartbeat.process_alive(child.pid, "12345")
     finally:
         child.wait()
+
+
+def test_a_call_that_hangs_is_given_up_after_its_bound_and_counts_as_not_reached():
+    started = time.monotonic()
+    assert release_heartbeat.bounded(lambda: time.sleep(30) or 0, 1) == 255
+    assert time.monotonic() - started < 5
+
+
+def test_a_call_that_answers_in_time_gives_its_status_and_one_that_raises_counts_as_not_reached():
+    assert release_heartbeat.bounded(lambda: 3, 5) == 3
+
+    def unreachable():
+        raise OSError("ssh: connect to host h1 port 22: No route to host")
+
+    assert release_heartbeat.bounded(unreachable, 5) == 255
