@@ -81,6 +81,8 @@ class Heartbeat(object):
             self.sleep(1)
 
     def gone(self) -> str:
+        """Tell the host (it releases the run's locks and starts its guard's check), every 5 s until it heard or
+        the locks would have lapsed anyway."""
         deadline = self.clock() + self.lease
         while self.clock() < deadline:
             if self.on_host([SCRIPT_PATH, self.run_id, "gone"]) == 0:
