@@ -22,7 +22,8 @@ unit at once, one each way round: whichever came first holds the tuner's lock, a
 goes on takes the field host to 0.5.17, which counts its draft in --mem-fraction-static: one start, on the value
 predicted for it. Then a rollout back to 0.5.10 is killed once the field host runs it: the controller's heartbeat
 tells the host, which goes back to 0.5.17 and its pin at once; killed again during the re-tune's load, it goes back
-at once too. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
+at once too; killed whole (its heartbeat too, as when the controller's machine dies), it goes back once the
+heartbeat's short lease ends. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
 the host back.
 """
 from __future__ import annotations
@@ -297,6 +298,25 @@ def locked(host: str) -> bool:
     return ssh(host, "test -e %s && echo yes || true" % LOCK).strip() == "yes"
 
 
+def lock_lasts(host: str) -> float:
+    """Seconds the unit's lock lasts from now, by the host's clock (-1: none)."""
+    return float(ssh(host, "python3 -c \"import json, time; print(json.load(open('%s'))['expires'] - time.time())\""
+                           " 2>/dev/null || echo -1" % LOCK))
+
+
+def controller_processes(marker: str) -> list[int]:
+    """The controller's processes of one ansible-playbook run: every process whose command line holds ``marker``
+    (ansible-playbook, its workers, each in a session of its own, and the heartbeats forked from them)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and marker.encode() in (Path("/proc") / entry / "cmdline").read_bytes():
+                found.append(int(entry))
+        except OSError:     # gone meanwhile
+            continue
+    return found
+
+
 def test_a_rollout_and_a_tune_of_one_unit_never_both_proceed(fleet, tmp_path, lb):
     # A search of the field host in progress (forced; the load at the running value and one trial's, 25 s each, hold
     # the lock long enough for the rollout to reach it): the rollout leaves that host as it is.
@@ -429,6 +449,41 @@ def test_a_controller_killed_during_the_retune_puts_the_host_back_at_once(fleet,
     assert wait_for(lambda: serving(FIELD) == {"0.5.17"}, 180), ssh(FIELD, "systemctl status sglang.service || true")
     assert pins(FIELD) == pin_before and not trial_left(FIELD) and not revert_timers(FIELD)
     assert not locked(FIELD)
+
+
+def test_a_controller_whose_machine_dies_leaves_the_host_to_go_back_once_the_heartbeats_short_lease_ends(
+        fleet, tmp_path, lb):
+    """The same rollout with a 20 s heartbeat (rollout_controller_lease: 20), and every process of it stopped and
+    killed at once once the field host runs 0.5.10: ansible-playbook, its workers and the heartbeat, as when the
+    controller's machine dies. Nobody tells the host. The heartbeat had brought the lock, which the rollout renews
+    for the restart and the re-tune after the install (42 min here), down to 20 s at a time, so it lapses within
+    those 20 s and the guard's timer puts 0.5.17 and its pin back."""
+    pin_before, started = pins(FIELD), starts(FIELD)
+    assert installed(FIELD) == "0.5.17" and not release_guards(FIELD)
+    reports = tmp_path / "rollout"
+    reports.mkdir()
+    rolling = controller(fleet, reports, playbook=REPO / "playbooks" / "rollout.yml", sglang_version="0.5.10",
+                         rollout_hosts=FIELD, rollout_report_dir=str(reports), rollout_controller_lease=20)
+    try:
+        assert wait_for(lambda: installed(FIELD) == "0.5.10" and starts(FIELD) != started, 300), \
+            (reports / "controller.log").read_text()[-5000:]
+        assert wait_for(lambda: 0 < lock_lasts(FIELD) <= 20, 15), lock_lasts(FIELD)
+        run = re.search(r"llmserve-release-guard-([0-9a-f]{8})\.timer", release_guards(FIELD)).group(1)
+    finally:
+        processes = controller_processes(str(reports))
+        for signum in (signal.SIGSTOP, signal.SIGKILL):    # stopped first: none of them sees another die
+            for pid in processes:
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
+        rolling.wait(30)
+    assert rolling.pid in processes and len(processes) >= 2      # ansible-playbook and its heartbeat at least
+    assert wait_for(lambda: installed(FIELD) == "0.5.17" and not release_guards(FIELD), 120), release_guards(FIELD)
+    assert wait_for(lambda: serving(FIELD) == {"0.5.17"}, 180), ssh(FIELD, "systemctl status sglang.service || true")
+    assert pins(FIELD) == pin_before and not trial_left(FIELD) and not revert_timers(FIELD)
+    assert "lapsed before every server was verified" in ssh(
+        FIELD, "journalctl -u llmserve-release-guard-%s.service -o cat --no-pager" % run)
 
 
 def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet, tmp_path, lb):
