@@ -76,13 +76,26 @@ def load(run, state_dir=STATE_DIR):
     return None if text is None else json.loads(text.decode("utf-8"))
 
 
-def lock_held(text, now, run):
-    """Whether a lock file's text is run's, unexpired."""
+def lock_of(text):
+    """A lock file's data: None for no file or one that is not a JSON object."""
     try:
         lock = json.loads(text.decode("utf-8"))
-        return lock.get("run_id") == run and float(lock["expires"]) > now
-    except (AttributeError, ValueError, KeyError, TypeError):
+    except (AttributeError, ValueError):
+        return None
+    return lock if isinstance(lock, dict) else None
+
+
+def held(lock, now, run):
+    """Whether a lock (lock_of) is run's, unexpired."""
+    try:
+        return lock is not None and lock.get("run_id") == run and float(lock["expires"]) > now
+    except (KeyError, TypeError, ValueError):
         return False
+
+
+def lock_held(text, now, run):
+    """Whether a lock file's text is run's, unexpired."""
+    return held(lock_of(text), now, run)
 
 
 def entries(text):
@@ -124,26 +137,20 @@ def decide(manifest, files, now):
 def beat(manifest, files, now, lease, write):
     """The controller lives: each lock the run still holds lasts ``lease`` seconds from ``now`` (its other fields
     kept). A lock that lapsed or another run's is left alone. Returns how many locks the run holds."""
-    held = 0
+    renewed = 0
     for path in manifest["locks"]:
-        text = files(path)
-        if lock_held(text, now, manifest["run_id"]):
-            lock = json.loads(text.decode("utf-8"))
+        lock = lock_of(files(path))
+        if held(lock, now, manifest["run_id"]):
             lock.update(renewed=int(now), expires=int(now + lease))
             write(path, (json.dumps(lock, sort_keys=True) + "\n").encode("utf-8"))
-            held += 1
-    return held
+            renewed += 1
+    return renewed
 
 
 def release(manifest, files):
     """The controller is gone: the run's locks removed, lapsed or not (another run's stay)."""
     for path in manifest["locks"]:
-        text = files(path)
-        try:
-            ours = json.loads(text.decode("utf-8")).get("run_id") == manifest["run_id"]
-        except (AttributeError, ValueError):
-            ours = False
-        if ours:
+        if (lock_of(files(path)) or {}).get("run_id") == manifest["run_id"]:
             put_back(path, None)
 
 
