@@ -211,9 +211,8 @@ def report(refused, done_before, done_after, before, after, batches_before, batc
              "included). The upgrade's restart is the re-tune's first trial: on the field host a value predicted "
              "for %s (the pin plus the draft's weights and KV and the pin's spare headroom, over P), elsewhere the "
              "old pin, since nothing the formula knows tells 0.5.10's graph reserve. Where that pin runs out of "
-             "memory, the rollout stops the server and the tuner's re-tune reads that failed start (a server on one "
-             "host) or starts the old pin once more to read it (a server that spans hosts), then starts a safe value "
-             "and searches." % FIELD_NEW, ""]
+             "memory, the rollout stops the server and the tuner's re-tune reads that failed start (on a server "
+             "that spans hosts, from every node's log), then starts a safe value and searches." % FIELD_NEW, ""]
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -9,6 +9,9 @@ server is on the node that serves no request.
 tune_kv.yml tunes the server as one: every trial restarts both nodes on one value, node 1 watches its GPUs while
 node 0 drives the load, the least free GPU of either node judges it, and both nodes pin the value. The simulator's
 oracle, asked for both nodes, gives the largest stable value. A re-run changes nothing.
+
+rollout.yml upgrades the two nodes in one batch: a release that crashes on node 1 rolls both back together; a
+release whose larger graph reserve fails the old pin in the capture re-tunes the server as one, on both nodes.
 """
 from __future__ import annotations
 
@@ -432,15 +435,32 @@ def test_a_release_that_crashes_on_node_1_rolls_both_nodes_back_together(server,
 
 
 def test_a_rollout_upgrades_both_nodes_together_and_re_tunes_the_server_as_one(server, tmp_path):
+    """issue 35, items 1 and 2: 0.5.10 reserves about 6 GiB more for its CUDA graphs on both nodes, so the pin tuned on
+    0.5.9 runs out of memory in the capture on node 1 (the least free GPU), and node 0 loses it: the server is
+    re-tuned for 0.5.10 as one and kept, on both nodes, from the upgrade's failed start, not started on the old pin
+    again."""
+    pinned = fact(NODES[0])["mem_fraction_static"]
+    since = ssh(NODES[0], "date +%s").strip()
+    for host in NODES:
+        set_faults(host, gpu_occupied_mib={"3": 4096} if host == NODES[1] else {},
+                   _memory_for_sglang_versions={"0.5.10": {"graph_mib_base": 6144}})
     run = _rollout(server, tmp_path)
     assert run.status == "successful", run.stdout[-8000:]
     rows = _rows(tmp_path)
     for host in NODES:
-        assert rows[host]["status"] == "upgraded" and rows[host]["retune"] == "tuned", rows[host]
+        assert (rows[host]["status"], rows[host]["retune"]) == ("retuned", "tuned"), rows[host]
         assert (rows[host]["before"]["sglang"], rows[host]["after"]["sglang"]) == ("0.5.9", "0.5.10")
         assert _installed(host) == "0.5.10" and fact(host)["fingerprint"]["versions"]["sglang"] == "0.5.10"
-    # one value on both nodes, pinned and running
-    assert fact(NODES[0])["mem_fraction_static"] == fact(NODES[1])["mem_fraction_static"]
+    assert "a lack of memory on the old pin (" in rows[NODES[0]]["cause"], rows[NODES[0]]
+    assert "capture_oom" in rows[NODES[0]]["cause"], rows[NODES[0]]
+    # one value on both nodes, lower than the old pin, pinned and running
+    assert fact(NODES[0])["mem_fraction_static"] == fact(NODES[1])["mem_fraction_static"] < pinned
+    # the old pin started once on 0.5.10, by the upgrade, on each node (SGLang logs its arguments at each start)
+    for host in NODES:
+        values = ssh(host, f"journalctl -u sglang.service --since @{since} -o cat --no-pager | grep -o "
+                           "'mem_fraction_static=[0-9.]*' || true").split()
+        assert [float(value.split("=")[1]) for value in values].count(pinned) == 1, (host, pinned, values)
+    assert "failed for a lack of memory (capture_oom" in run.stdout, run.stdout[-8000:]
     assert running_fraction(NODES[0]) == running_fraction(NODES[1])
     assert "node 1 of the server led by %s" % NODES[0] in run.stdout
     assert _node_0_generates()

@@ -141,6 +141,21 @@ def merge_samples(stress: dict[str, Any] | None, followers: dict[str, dict[str, 
     return merged
 
 
+def server_start_failure(leader_boot: dict[str, Any] | None,
+                         follower_boots: dict[str, dict[str, Any] | None] | None) -> dict[str, Any]:
+    """The startup facts of a start of the whole server that did not serve, from each node's: the first node (node 0,
+    then the others by host) whose failure is neither a lack of memory nor a lost connection, which a value of
+    --mem-fraction-static does not fix, its line naming a node other than node 0; else :func:`server_boot`'s (a
+    node's lack of memory, beside the others' lost connection to it, explains the start)."""
+    for host, boot in [(None, leader_boot)] + sorted((follower_boots or {}).items()):
+        failure = (boot or {}).get("failure") or {}
+        if failure.get("kind") and failure["kind"] not in _MEMORY_KINDS + ("nccl_error",):
+            if host is None:
+                return dict(boot or {})
+            return dict(boot or {}, failure=dict(failure, line="node %s: %s" % (host, failure.get("line"))))
+    return server_boot(leader_boot, follower_boots)
+
+
 def server_boot(leader_boot: dict[str, Any] | None,
                 follower_boots: dict[str, dict[str, Any] | None] | None) -> dict[str, Any]:
     """The startup facts of the whole server from each node's (its own log: its own ranks).

@@ -66,6 +66,8 @@ class UnitState:
     node: Optional[dict[str, Any]] = None   # this unit's part in it (multinode.node_of)
     ranks: Optional[list[int]] = None   # node 0 once the others joined: their ranks
     boots: Optional[dict[str, Any]] = None   # node 0: the others' startup facts as they joined
+    # node 0: every other node's last start was its pin's, on what is on disk now, and its unit is stopped
+    others_failed_last: bool = False
     nodes_lower_to: Optional[float] = None   # node 0: the lowest value another node's watch asks to verify
     start_moved: list[str] = field(default_factory=list)   # the other nodes: what moved while their server started
 

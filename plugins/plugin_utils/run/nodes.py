@@ -16,7 +16,8 @@ from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import multi
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run import steps
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.context import Info, Part, UnitContext, UnitState
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed, Steps, call, say
-from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.start_value import plan_start, watch_lower_to
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.start_value import (
+    pin_failed_last, plan_start, watch_lower_to)
 
 # Seconds of one look at a starting node's GPUs (gpu_info watch): the longest a follower then takes to see node 0's
 # next step, or a controller that is gone.
@@ -46,6 +47,7 @@ class Leader(object):
                                   "at least the number of nodes)" % (self.ctx.label, node["dist_init_addr"]))
         state.ranks = ranks
         state.boots = {found["host"]: found.get("boot") for found in hellos}
+        state.others_failed_last = all(found.get("pin_failed_last") for found in hellos)
         # A near miss any node's watch saw counts for the server: the lowest value a node asks to verify.
         asked = [found["lower_to"] for found in hellos if found.get("lower_to") is not None]
         state.nodes_lower_to = min(asked) if asked else None
@@ -92,6 +94,8 @@ class Follower(Part):
         yield steps.hello({
             "rank": rank, "host": ctx.host, "status": status, "why": plan.get("why") or plan.get("msg"), "boot": boot,
             "pin": pin_value(info), "running": info.get("mem_fraction_static"),
+            # its unit stopped after its pin's start on what is on disk now: node 0 may tune from that start
+            "pin_failed_last": pin_failed_last(info, boot),
             # this node's watch saw a near miss: the value it asks the server to verify
             "lower_to": watch_lower_to(plan.get("why"), info.get("watch"))})
         if status == "refuse":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet import multinode
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.context import Info, Part
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.run.steps import RunFailed, Steps, say
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.pool_model import model_inputs
@@ -40,7 +41,7 @@ class Settle(Part):
                 model_inputs(info["config"], info["fingerprint"]["server_args"], info["sglang_version"],
                              info.get("sizing_environment"))
             yield from calls.lock()
-            if plan["do"] == "revert" and not info["running"] and self.state.node is None:
+            if plan["do"] == "revert" and not info["running"]:
                 safe = yield from self.stopped_after_failing(info)
                 if safe is not None:
                     return info, plan, safe
@@ -60,12 +61,15 @@ class Settle(Part):
     def stopped_after_failing(self, info: Info) -> Steps[Safe]:
         """A stopped unit whose last start was its last-known-good value failing for a lack of memory on what is on
         disk now (start_value.stopped_after_failing): that start's own log is the failed start to tune from, with no
-        restart onto the value that fails; None: revert as usual. A server that spans hosts reverts (its nodes start
-        together)."""
+        restart onto the value that fails; None: revert as usual. On node 0 of a server that spans hosts, only where
+        every other node's unit is stopped after that start of its pin too, judged by every node's log (a node's
+        lack of memory ends the others' start with a lost connection)."""
         invocation_id = failed_start_to_read(info)
-        if invocation_id is None:
+        if invocation_id is None or (self.state.node is not None and not self.state.others_failed_last):
             return None
         boot = yield from self.calls.boot(invocation_id)
+        if self.state.ranks is not None:
+            boot = multinode.server_start_failure(boot, self.state.boots)
         why = stopped_after_failing(info, boot)
         if why is None:
             return None
@@ -78,6 +82,10 @@ class Settle(Part):
         safe start when it ran out of memory, else stop loudly with the unit left as it is."""
         unit = self.state.settings["unit"]
         boot = yield from self.calls.boot(invocation_id)
+        if self.state.ranks is not None:
+            # Node 0's log may only show another node's failure (a lost connection): every node's says why.
+            seen = yield from self.calls.leader.tell({"do": "observe", "watch": 0})
+            boot = multinode.server_start_failure(boot, {ack["host"]: ack.get("boot") for ack in seen})
         lkg = (boot.get("server_args") or {}).get("mem_fraction_static", info.get("mem_fraction_static"))
         lkg_text = "?" if lkg is None else str(lkg)
         message = failed_start(boot, unit, lkg_text)

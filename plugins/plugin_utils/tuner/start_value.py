@@ -164,20 +164,27 @@ def failed_start_to_read(info: dict[str, Any]) -> str | None:
     return info.get("invocation_id") or None
 
 
+def pin_failed_last(info: dict[str, Any], boot: dict[str, Any] | None) -> bool:
+    """Whether a stopped unit's last start (``boot``: sglang_startup_facts' of :func:`failed_start_to_read`'s start)
+    was its pin's, on what is on disk now, and never became ready, whatever it failed of: on a node of a server that
+    spans hosts, a peer's failure may be what ended it."""
+    value = ((boot or {}).get("server_args") or {}).get("mem_fraction_static")
+    return (failed_start_to_read(info) is not None and value is not None and not (boot or {}).get("ready")
+            and abs(value - info["pin"]["mem_fraction_static"]) <= kv_search.TOLERANCE)
+
+
 def stopped_after_failing(info: dict[str, Any], boot: dict[str, Any] | None) -> str | None:
     """Why a stopped unit is tuned from a safe start without starting its last-known-good value again, or None (start
-    it again and see). ``boot`` is sglang_startup_facts' of :func:`failed_start_to_read`'s start. Only where that
-    start is the pin's own failure to start for a lack of memory (a rollout stops a server that its upgrade's start
-    left failing): the same value on the same release, model and unit would fail the same way, a model load later."""
+    it again and see). ``boot`` is sglang_startup_facts' of :func:`failed_start_to_read`'s start (on node 0 of a
+    server that spans hosts, the server's: multinode.server_start_failure). Only where that start is the pin's own
+    failure to start for a lack of memory (a rollout stops a server that its upgrade's start left failing): the same
+    value on the same release, model and unit would fail the same way, a model load later."""
     failure = (boot or {}).get("failure") or {}
-    value = ((boot or {}).get("server_args") or {}).get("mem_fraction_static")
-    if (failed_start_to_read(info) is None or value is None or (boot or {}).get("ready")
-            or failure.get("kind") not in ("init_oom",) + OOM_KINDS
-            or abs(value - info["pin"]["mem_fraction_static"]) > kv_search.TOLERANCE):
+    if not pin_failed_last(info, boot) or failure.get("kind") not in ("init_oom",) + OOM_KINDS:
         return None
     return ("its last start, on the last-known-good value %s and what is on disk now, failed for a lack of memory "
             "(%s: %s), so that value is not started again"
-            % (fraction_text(value), failure["kind"], failure.get("line")))
+            % (fraction_text(boot["server_args"]["mem_fraction_static"]), failure["kind"], failure.get("line")))
 
 
 def safe_start(boot: dict[str, Any] | None, fingerprint: dict[str, Any] | None, model: dict[str, Any] | None,

@@ -135,3 +135,32 @@ def test_the_boot_that_explains_a_failed_start_is_the_node_that_ran_out_of_memor
 ])
 def test_nodes_of_one_server_on_different_pins_or_values_are_a_reason_to_tune(leader, hellos, reason):
     assert mn.followers_reason(hellos, leader) == reason
+
+
+ECHO = {"ready": False, "pre_load_free_gib": 78.2, "post_load_free_gib": 69.4,
+        "server_args": {"mem_fraction_static": 0.92},
+        "failure": {"kind": "nccl_error", "line": "NCCL error: remote process exited"}}
+CAPTURE = {"ready": False, "pre_load_free_gib": 74.2, "post_load_free_gib": 65.4,
+           "server_args": {"mem_fraction_static": 0.92},
+           "failure": {"kind": "capture_oom", "line": "Capture cuda graph failed: CUDA out of memory"}}
+CRASH = {"ready": False, "failure": {"kind": "crash", "line": "ImportError: libcuda.so.1"}}
+
+
+def test_a_start_that_ran_one_node_out_of_memory_is_that_nodes_failure_with_the_servers_p_and_a():
+    # Node 0 only lost its peer: node 1's capture OOM is why the server did not start.
+    failed = mn.server_start_failure(ECHO, {"n1": CAPTURE})
+    assert failed == dict(CAPTURE, pre_load_free_gib=74.2, post_load_free_gib=65.4)
+    assert mn.server_start_failure(CAPTURE, {"n1": ECHO})["failure"] == CAPTURE["failure"]
+
+
+@pytest.mark.parametrize("leader, followers, kind, line", [
+    # a crash on any node is not fixed by a value of --mem-fraction-static, beside a lack of memory or not
+    (CAPTURE, {"n1": ECHO, "n2": CRASH}, "crash", "node n2: ImportError: libcuda.so.1"),
+    (CRASH, {"n1": CAPTURE}, "crash", "ImportError: libcuda.so.1"),
+    # only lost connections: node 0's own
+    (ECHO, {"n1": ECHO}, "nccl_error", "NCCL error: remote process exited"),
+])
+def test_a_failure_other_than_memory_on_any_node_is_the_servers(leader, followers, kind, line):
+    failed = mn.server_start_failure(leader, followers)
+    assert (failed["failure"]["kind"], failed["failure"]["line"]) == (kind, line)
+    assert CRASH["failure"]["line"] == "ImportError: libcuda.so.1"    # not changed in place

@@ -150,6 +150,19 @@ def test_a_stopped_unit_is_tuned_from_its_pins_failed_start_only_when_that_start
                               "a lack of memory (%s: " % boot["failure"]["kind"]), why
 
 
+def test_a_node_says_its_last_start_was_its_pins_whatever_ended_it():
+    """pin_failed_last: what a node of a server that spans hosts tells node 0 as it joins; its own log may show only
+    the lost connection to the node that ran out of memory, which node 0 reads with every node's."""
+    echo = dict(FAILED_BOOT, failure={"kind": "nccl_error", "line": "NCCL error: remote process exited"})
+    assert start_value.pin_failed_last(STOPPED, echo) and start_value.stopped_after_failing(STOPPED, echo) is None
+    assert start_value.pin_failed_last(STOPPED, dict(FAILED_BOOT, failure=None))
+    for info, boot in [(dict(STOPPED, stale=["sglang 0.5.10 was installed after the server started"]), echo),
+                       (dict(STOPPED, running=True), echo), (dict(STOPPED, pin=None), echo),
+                       (STOPPED, dict(echo, server_args={"mem_fraction_static": 0.85})),
+                       (STOPPED, dict(echo, ready=True)), (STOPPED, {})]:
+        assert not start_value.pin_failed_last(info, boot), (info, boot)
+
+
 def test_safe_start_is_sglangs_default_above_the_formula_and_at_most_the_cap():
     fp = {"gpu": {"memory_total_mib": 97887}, "versions": {"sglang": "0.5.9"}, "server_args": {"tp_size": 8}}
     settings = run_settings.check_settings(DEFAULT_SETTINGS)
