@@ -82,9 +82,10 @@ class Settle(Part):
         safe start when it ran out of memory, else stop loudly with the unit left as it is."""
         unit = self.state.settings["unit"]
         boot = yield from self.calls.boot(invocation_id)
-        if self.state.ranks is not None:
+        leader = self.calls.leader
+        if self.state.ranks is not None and leader is not None:
             # Node 0's log may only show another node's failure (a lost connection): every node's says why.
-            seen = yield from self.calls.leader.tell({"do": "observe", "watch": 0})
+            seen = yield from leader.tell({"do": "observe", "watch": 0})
             boot = multinode.server_start_failure(boot, {ack["host"]: ack.get("boot") for ack in seen})
         lkg = (boot.get("server_args") or {}).get("mem_fraction_static", info.get("mem_fraction_static"))
         lkg_text = "?" if lkg is None else str(lkg)

@@ -179,7 +179,8 @@ def stopped_after_failing(info: dict[str, Any], boot: dict[str, Any] | None) -> 
     server that spans hosts, the server's: multinode.server_start_failure). Only where that start is the pin's own
     failure to start for a lack of memory (a rollout stops a server that its upgrade's start left failing): the same
     value on the same release, model and unit would fail the same way, a model load later."""
-    failure = (boot or {}).get("failure") or {}
+    boot = boot or {}
+    failure = boot.get("failure") or {}
     if not pin_failed_last(info, boot) or failure.get("kind") not in ("init_oom",) + OOM_KINDS:
         return None
     return ("its last start, on the last-known-good value %s and what is on disk now, failed for a lack of memory "
