@@ -18,7 +18,8 @@ description:
     (C(failed), C(inactive), or C(auto-restart), where its process died and systemd waits C(RestartSec) to start it
     again on the same command line) or when it was started again (any other restart, seen by a new C(InvocationID)). A
     server that cannot start is reported in seconds, before systemd starts it again, not after O(timeout). When
-    ready, RV(invocation_id) names the start of the unit that answered.
+    ready, RV(invocation_id) names the start of the unit that answered; when that start failed,
+    RV(failed_invocation_id) names it, so that its own log can be read after systemd has begun another start.
   - Not becoming ready is a result (RV(ready=false) with RV(reason)), not a module failure, so that a caller can
     classify it; the module fails only on invalid options.
 attributes:
@@ -119,6 +120,14 @@ invocation_id:
   returned: always
   type: str
   sample: 0b5cd4e2a1f34c7c9e2f6d5a4b3c2d1e
+failed_invocation_id:
+  description:
+    - With O(unit), when the start waited for failed (RV(reason) V(unit_failed) or V(unit_restarted)), that start's
+      C(InvocationID); M(llmserve.sglang.sglang_startup_facts) reads its log by it (O(invocation_id)), whatever
+      systemd started since. V(null) otherwise.
+  returned: always
+  type: str
+  sample: 0b5cd4e2a1f34c7c9e2f6d5a4b3c2d1e
 elapsed_s:
   description: Seconds waited.
   returned: always
@@ -209,10 +218,10 @@ def main() -> None:
 
     watch = start_watch(module, params["gpus"], [unit] + params["also_units"]) if unit and params["gpus"] else None
 
-    def stop(ready, reason, detail, state=None):
+    def stop(ready, reason, detail, state=None, failed=None):
         watched = watch.result() if watch else {"other_memory_seen": None, "watch": None}
         module.exit_json(changed=False, ready=ready, reason=reason, detail=detail,
-                         invocation_id=(state or {}).get("InvocationID") or None,
+                         invocation_id=(state or {}).get("InvocationID") or None, failed_invocation_id=failed or None,
                          elapsed_s=round(time.monotonic() - start, 1), **watched)
 
     while True:
@@ -226,9 +235,11 @@ def main() -> None:
             # auto-restart: this start's process died, and systemd starts another after RestartSec (a model load on
             # the same value, which a caller that acts now can spare).
             if state.get("ActiveState") in ("failed", "inactive") or state.get("SubState") == "auto-restart":
-                stop(False, "unit_failed", detail)
+                # The unit keeps the InvocationID of its last start until the next one begins.
+                stop(False, "unit_failed", detail, failed=state.get("InvocationID") or first.get("InvocationID"))
             if _restarted(first, state):
-                stop(False, "unit_restarted", detail)
+                # The start waited for ended and systemd (or anyone) began another: the first one is the failure.
+                stop(False, "unit_restarted", detail, failed=first.get("InvocationID"))
         if time.monotonic() - start + params["interval"] > params["timeout"]:
             stop(False, "timeout", last_error)
         time.sleep(params["interval"])

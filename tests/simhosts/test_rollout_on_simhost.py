@@ -23,8 +23,9 @@ goes on takes the field host to 0.5.17, which counts its draft in --mem-fraction
 predicted for it. Then a rollout back to 0.5.10 is killed once the field host runs it: the controller's heartbeat
 tells the host, which goes back to 0.5.17 and its pin at once; killed again during the re-tune's load, it goes back
 at once too; killed whole (its heartbeat too, as when the controller's machine dies), it goes back once the
-heartbeat's short lease ends. The last one has a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
-the host back.
+heartbeat's short lease ends. Then a drain hook that hangs: rollout_hook_timeout fails it, and the undrain hook puts
+the host back. Last, the canary to 0.5.17 with RestartSec 1 s: systemd starts its failed servers again before the
+rescue reads them, which reads the starts seen failing.
 """
 from __future__ import annotations
 
@@ -509,3 +510,25 @@ def test_a_drain_hook_that_hangs_fails_the_host_and_leaves_nothing_drained(fleet
     assert lb.calls == [(CANARY, "undrain")], lb.calls     # the other host was never touched
     assert starts(CANARY) == started and served(CANARY) == version
     assert not ssh(CANARY, "ls /run/llmserve/ | grep '\\.lock$' || true").strip()
+
+
+def test_a_server_that_systemd_starts_again_before_the_rescue_reads_it_is_re_tuned_for_its_lack_of_memory(
+        fleet, tmp_path, lb):
+    """RestartSec 1 s: systemd starts each server that failed on its old pin again long before the rescue reads its
+    log (the race a loaded controller with the default 15 s runs). Each start of the old pin on 0.5.17 loads its
+    weights 20 s longer (the simulator's slow_start_s, from that value up), so the start systemd began is still loading
+    when the rescue reads. The rescue reads the start the upgrade's wait saw failing (sglang_ready's
+    failed_invocation_id), not that one, whose log says nothing yet: a lack of memory, re-tuned and kept, not rolled
+    back for "no failure in the log"."""
+    values_before = {unit: running_fraction(CANARY, unit) for unit in SERVERS[CANARY]}
+    set_faults(CANARY, slow_start_s=20, from_mem_fraction_static=min(values_before.values()) - 0.0005,
+               for_sglang_versions=["0.5.17"], _memory_for_sglang_versions=dict(
+                   LARGER_WORKSPACE, **{"0.5.17": dict(LARGER_WORKSPACE["0.5.10"], graph_mib_base=6144)}))
+    run = rollout(fleet, tmp_path, lb, sglang_version="0.5.17", rollout_hosts=CANARY, sglang_service_restart_sec=1,
+                  kv_tune_strategy="per_class")
+    assert run.status == "successful", run.stdout[-8000:]
+    for row in canary_rows(summary(tmp_path)):
+        assert (row["status"], row["phase"], row["retune"]) == ("retuned", "upgrade", "tuned"), row
+        assert "a lack of memory on the old pin (" in row["cause"] and "capture_oom" in row["cause"], row["cause"]
+        assert float(row["pin_after"]["value"]) == running_fraction(CANARY, row["unit"]) < values_before[row["unit"]]
+    assert installed(CANARY) == "0.5.17" and served(CANARY) == {"0.5.17"}

@@ -63,6 +63,20 @@ def per_unit(results: Any) -> dict[str, dict[str, Any]]:
     return found
 
 
+def failed_starts(service_failed: Any, gate_results: Any) -> dict[str, str]:
+    """{unit: the InvocationID of its start seen failing}: by sglang_service's wait (``service_failed``: its
+    ``sglang_service_failed_starts``, unit -> id) or by the rollout's gate (``gate_results``: sglang_ready's loop
+    results, with ``failed_invocation_id``; the later word). The rescue reads that start's own log: systemd may have
+    begun another start of the unit since (RestartSec), whose log says nothing yet, and a lack of memory read as "no
+    failure" would roll back what a re-tune keeps."""
+    found = {str(unit): str(start) for unit, start in (service_failed if isinstance(service_failed, dict) else {}).items()
+             if start}
+    for unit, res in per_unit(gate_results).items():
+        if res.get("failed_invocation_id"):
+            found[unit] = str(res["failed_invocation_id"])
+    return found
+
+
 def _unit_of(res: Any) -> str | None:
     """The unit a loop's result is about: its item (a unit, or a loop's earlier result over the units) or unit."""
     if not isinstance(res, dict):

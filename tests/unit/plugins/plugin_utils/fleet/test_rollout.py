@@ -389,3 +389,16 @@ def test_a_pool_cap_of_the_old_release_is_not_carried_into_the_new_one(pin, on_d
         assert "max_total_tokens" not in found[0]["fact"] and found[0]["fact"]["tokens"] == 150000
     else:
         assert found == []
+
+
+def test_the_rescue_reads_the_start_seen_failing_not_one_systemd_began_since():
+    # sglang_service's wait saw sglang@a's start I1 fail; the gate after it saw sglang@b's start I7 end; sglang@c
+    # answered. Systemd may have begun I2 and I8 since (RestartSec), whose logs say nothing yet.
+    gate = [{"item": {"item": "sglang@b.service"}, "ready": False, "reason": "unit_restarted",
+             "failed_invocation_id": "I7"},
+            {"item": {"item": "sglang@c.service"}, "ready": True, "failed_invocation_id": None}]
+    assert rollout.failed_starts({"sglang@a.service": "I1"}, gate) == {"sglang@a.service": "I1",
+                                                                        "sglang@b.service": "I7"}
+    # the gate's word is the later one; nothing seen failing gives nothing to pin the read to
+    assert rollout.failed_starts({"sglang@b.service": "I6"}, gate)["sglang@b.service"] == "I7"
+    assert rollout.failed_starts(None, None) == {} and rollout.failed_starts({"sglang@a.service": None}, []) == {}
