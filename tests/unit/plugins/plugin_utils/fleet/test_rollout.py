@@ -397,8 +397,8 @@ def test_the_rescue_reads_the_start_seen_failing_not_one_systemd_began_since():
     gate = [{"item": {"item": "sglang@b.service"}, "ready": False, "reason": "unit_restarted",
              "failed_invocation_id": "I7"},
             {"item": {"item": "sglang@c.service"}, "ready": True, "failed_invocation_id": None}]
-    assert rollout.failed_starts({"sglang@a.service": "I1"}, gate) == {"sglang@a.service": "I1",
-                                                                        "sglang@b.service": "I7"}
+    found = rollout.failed_starts({"sglang@a.service": "I1"}, gate)
+    assert found == {"sglang@a.service": "I1", "sglang@b.service": "I7"}
     # the gate's word is the later one; nothing seen failing gives nothing to pin the read to
     assert rollout.failed_starts({"sglang@b.service": "I6"}, gate)["sglang@b.service"] == "I7"
     assert rollout.failed_starts(None, None) == {} and rollout.failed_starts({"sglang@a.service": None}, []) == {}
