@@ -17,9 +17,10 @@ from typing import Any, Iterable, Sequence
 from ansible_collections.llmserve.sglang.plugins.module_utils.startup import boot_trust
 from ansible_collections.llmserve.sglang.plugins.module_utils.checks import InvalidInput
 
-# Failures that say where the memory ran out; a peer's lost connection (nccl_error) or a timeout on another node is
+# Failures that say where the memory ran out; a peer's lost connection (ECHO_KINDS) or a timeout on another node is
 # only the echo of such a failure.
 _MEMORY_KINDS = ("init_oom", "weights_oom", "capture_oom", "runtime_oom", "unbalanced_memory")
+ECHO_KINDS = ("nccl_error",)
 
 
 class MultinodeError(InvalidInput):
@@ -149,7 +150,7 @@ def server_start_failure(leader_boot: dict[str, Any] | None,
     node's lack of memory, beside the others' lost connection to it, explains the start)."""
     for host, boot in [(None, leader_boot)] + sorted((follower_boots or {}).items()):
         failure = (boot or {}).get("failure") or {}
-        if failure.get("kind") and failure["kind"] not in _MEMORY_KINDS + ("nccl_error",):
+        if failure.get("kind") and failure["kind"] not in _MEMORY_KINDS + ECHO_KINDS:
             if host is None:
                 return dict(boot or {})
             return dict(boot or {}, failure=dict(failure, line="node %s: %s" % (host, failure.get("line"))))

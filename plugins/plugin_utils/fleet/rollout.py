@@ -19,6 +19,7 @@ from typing import Any, Collection, Sequence
 from ansible_collections.llmserve.sglang.plugins.module_utils.capacity.kv_search import value_text
 from ansible_collections.llmserve.sglang.plugins.module_utils.service import kv_pin
 from ansible_collections.llmserve.sglang.plugins.module_utils.service.host_units import target_label, unit_outcome
+from ansible_collections.llmserve.sglang.plugins.plugin_utils.fleet.multinode import ECHO_KINDS
 from ansible_collections.llmserve.sglang.plugins.plugin_utils.tuner.start_value import failed_start
 
 PHASES = ("lock", "gate_before", "drain", "upgrade", "gate_after", "retune", "undrain", "done")
@@ -108,7 +109,7 @@ def failure_cause(boots: Any, node_boots: dict[str, Any] | None = None) -> dict[
         text = ("%s: %s: %s" % (label, failure["kind"], _short(failure.get("line"), 160))).rstrip(": ")
         if failed_start(boot, label, "") is None:
             memory.append(text)
-        elif node_boots is not None and failure["kind"] == "nccl_error":
+        elif node_boots is not None and failure["kind"] in ECHO_KINDS:
             echoes.append(text)
         else:
             other.append(text)
